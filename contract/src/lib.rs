@@ -1,0 +1,469 @@
+//! The guest/host contract of tsc-rendezvous.
+//!
+//! Everything both sides must agree on lives here and nowhere else: the guest
+//! physical memory layout, the I/O ports the guest talks through, the
+//! configuration the host writes before every round and the per-vCPU record the
+//! guest writes after every round. Every shared structure is `#[repr(C)]`, made of
+//! fixed-width integers only, and its size and field offsets are checked at
+//! compile time, so a change on one side that the other does not follow fails to
+//! build instead of silently misreading memory.
+//!
+//! The guest trusts nothing here more than it has to; the host trusts nothing the
+//! guest wrote: [`RoundRecord::validate`] checks every record before use.
+#![no_std]
+#![deny(missing_docs)]
+
+use core::mem::{offset_of, size_of};
+
+/// Guest physical memory layout. Identity-mapped: guest virtual == guest physical.
+pub mod layout {
+    /// Size of guest RAM, starting at guest physical address 0.
+    pub const MEM_SIZE: u64 = 0x100_0000; // 16 MiB
+    /// The GDT (null, 64-bit code, data).
+    pub const GDT: u64 = 0x1000;
+    /// The IDT: 32 gates, one per architectural exception vector.
+    pub const IDT: u64 = 0x2000;
+    /// PML4 of the identity page tables.
+    pub const PML4: u64 = 0x3000;
+    /// The one PDPT.
+    pub const PDPT: u64 = 0x4000;
+    /// The one page directory: 512 x 2 MiB pages identity-map the first GiB.
+    pub const PD: u64 = 0x5000;
+    /// The [`crate::Config`] the host writes.
+    pub const CONFIG: u64 = 0x8000;
+    /// The rendezvous' shared state (one cache line, as in Xen).
+    pub const RENDEZVOUS: u64 = 0x9000;
+    /// Per-vCPU [`crate::RoundRecord`]s, `MAX_VCPUS` of them.
+    pub const RECORDS: u64 = 0x10000;
+    /// Where the guest image is linked and loaded.
+    pub const IMAGE: u64 = 0x10_0000;
+    /// End (exclusive) of the space reserved for the guest image.
+    pub const IMAGE_END: u64 = 0x20_0000;
+    /// Per-vCPU stacks, `STACK_SIZE` each; vCPU i's stack top is
+    /// `STACKS + (i + 1) * STACK_SIZE`.
+    pub const STACKS: u64 = 0x20_0000;
+    /// Stack size of one vCPU.
+    pub const STACK_SIZE: u64 = 0x4000;
+    /// The most vCPUs this layout holds.
+    pub const MAX_VCPUS: u32 = 512;
+
+    /// Top of vCPU `index`'s stack (16-byte aligned, grows down).
+    pub const fn stack_top(index: u32) -> u64 {
+        STACKS + (index as u64 + 1) * STACK_SIZE
+    }
+
+    /// Guest physical address of vCPU `index`'s record.
+    pub const fn record(index: u32) -> u64 {
+        RECORDS + index as u64 * crate::RECORD_SIZE as u64
+    }
+
+    const _: () = assert!(stack_top(MAX_VCPUS - 1) <= MEM_SIZE);
+    const _: () = assert!(record(MAX_VCPUS) <= IMAGE);
+    const _: () = assert!(RECORDS >= RENDEZVOUS + 0x1000);
+    const _: () = assert!(IMAGE_END <= STACKS);
+    const _: () = assert!(STACK_SIZE % 16 == 0);
+}
+
+/// I/O ports the guest writes to. Every access is an `out` of the size stated;
+/// anything else is a protocol violation the host reports.
+pub mod ports {
+    /// One byte of console text (log and panic messages), `out dx, al`.
+    pub const CONSOLE: u16 = 0x00e9;
+    /// The vCPU finished round `eax` and wrote its record, `out dx, eax`.
+    /// The host reads back every vCPU's TSC state once all of them are here.
+    pub const ROUND_DONE: u16 = 0x0510;
+    /// The vCPU finished every round, `out dx, eax` (eax = rounds done); it halts next.
+    pub const DONE: u16 = 0x0511;
+    /// The guest panicked, `out dx, eax` (eax = a [`crate::PanicCode`]); the text
+    /// went to [`CONSOLE`] before.
+    pub const PANIC: u16 = 0x0512;
+    /// A CPU exception reached the guest's IDT, `out dx, eax` (eax = vector).
+    /// The handler leaves the faulting RIP in `rbx` and the error code in `rcx`.
+    pub const EXCEPTION: u16 = 0x0513;
+}
+
+/// Written into [`Config::magic`] by the host.
+pub const CONFIG_MAGIC: u32 = 0x5453_4352; // "RCST" little-endian
+/// Written into [`RoundRecord::magic`] by the guest.
+pub const RECORD_MAGIC: u32 = 0x4443_5254; // "TRCD"
+/// Version of this contract; host and guest refuse to work with another.
+pub const CONTRACT_VERSION: u32 = 1;
+
+/// The rendezvous variants, by their Xen state. The discriminants travel in
+/// [`Config::variant`] and [`RoundRecord::variant`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Variant {
+    /// Before the seed (Xen 4.15, 76aff7f6): the final write reads
+    /// `r->master_tsc_stamp` from shared memory right after the release.
+    Xen415 = 1,
+    /// The seed, 6ca022a1 (Xen 4.16): the value is latched into a local at the end
+    /// of every iteration.
+    Xen6ca022a1 = 2,
+    /// Xen HEAD (f1a042b9): as the seed, plus one PAUSE right after the write.
+    XenHead = 3,
+}
+
+impl Variant {
+    /// Every variant, oldest first.
+    pub const ALL: [Variant; 3] = [Variant::Xen415, Variant::Xen6ca022a1, Variant::XenHead];
+
+    /// The variant's user-facing name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Variant::Xen415 => "xen-4.15",
+            Variant::Xen6ca022a1 => "xen-6ca022a1",
+            Variant::XenHead => "xen-head",
+        }
+    }
+
+    /// Decodes a raw discriminant, `None` for anything unknown.
+    pub const fn from_raw(raw: u32) -> Option<Variant> {
+        match raw {
+            1 => Some(Variant::Xen415),
+            2 => Some(Variant::Xen6ca022a1),
+            3 => Some(Variant::XenHead),
+            _ => None,
+        }
+    }
+
+    /// Looks a variant up by its name.
+    pub fn from_name(name: &str) -> Option<Variant> {
+        Variant::ALL.into_iter().find(|v| v.name() == name)
+    }
+}
+
+/// Why the guest gave up, reported through [`ports::PANIC`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PanicCode {
+    /// A Rust panic (a bug in the guest); the text is on the console.
+    RustPanic = 1,
+    /// The config the host wrote is not one this guest understands.
+    BadConfig = 2,
+}
+
+impl PanicCode {
+    /// Decodes a raw code, `None` for anything unknown.
+    pub const fn from_raw(raw: u32) -> Option<PanicCode> {
+        match raw {
+            1 => Some(PanicCode::RustPanic),
+            2 => Some(PanicCode::BadConfig),
+            _ => None,
+        }
+    }
+
+    /// What the code means, in words.
+    pub const fn describe(self) -> &'static str {
+        match self {
+            PanicCode::RustPanic => "the guest panicked",
+            PanicCode::BadConfig => "the guest rejected the host's config",
+        }
+    }
+}
+
+/// What the host tells the guest. Written before the first vCPU runs and again
+/// (the `variant` only) between rounds, while every vCPU is parked.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// [`CONFIG_MAGIC`].
+    pub magic: u32,
+    /// [`CONTRACT_VERSION`].
+    pub version: u32,
+    /// Number of vCPUs taking part, 1..=[`layout::MAX_VCPUS`].
+    pub vcpus: u32,
+    /// Number of rounds to run.
+    pub rounds: u32,
+    /// The [`Variant`] of the next round (raw).
+    pub variant: u32,
+    /// Reserved, 0.
+    pub flags: u32,
+}
+
+/// Size of [`Config`] in bytes.
+pub const CONFIG_SIZE: usize = 24;
+const _: () = assert!(size_of::<Config>() == CONFIG_SIZE);
+const _: () = assert!(offset_of!(Config, vcpus) == 8);
+const _: () = assert!(offset_of!(Config, variant) == 16);
+
+/// [`RoundRecord::flags`]: the guest has IA32_TSC_ADJUST (CPUID.(7,0):EBX[1]) and
+/// the `adjust_*` fields are real readings.
+pub const RECORD_HAS_TSC_ADJUST: u32 = 1 << 0;
+
+/// What one vCPU measured in one round. The guest writes it before reporting
+/// [`ports::ROUND_DONE`]; all TSC values are raw guest `rdtsc` readings.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoundRecord {
+    /// [`RECORD_MAGIC`].
+    pub magic: u32,
+    /// The vCPU that wrote it.
+    pub vcpu: u32,
+    /// The round (0-based).
+    pub round: u32,
+    /// The [`Variant`] that ran (raw).
+    pub variant: u32,
+    /// `RECORD_*` flags.
+    pub flags: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// The vCPU's first-iteration TSC (Xen's `tsc` local).
+    pub tsc_first: u64,
+    /// The value the vCPU wrote to IA32_TSC on the last iteration.
+    pub written: u64,
+    /// The TSC read just before that write.
+    pub tsc_before_write: u64,
+    /// The TSC read just after the rendezvous loop.
+    pub tsc_after_loop: u64,
+    /// IA32_TSC_ADJUST read by the guest before the round (outside the timed part).
+    pub adjust_before: u64,
+    /// IA32_TSC_ADJUST read by the guest after the round (outside the timed part).
+    pub adjust_after: u64,
+}
+
+/// Size of [`RoundRecord`] in bytes.
+pub const RECORD_SIZE: usize = 72;
+const _: () = assert!(size_of::<RoundRecord>() == RECORD_SIZE);
+const _: () = assert!(offset_of!(RoundRecord, tsc_first) == 24);
+const _: () = assert!(offset_of!(RoundRecord, adjust_after) == 64);
+
+/// Why a guest record was rejected by the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordError {
+    /// The magic number is wrong: the guest never wrote this record, or corrupted it.
+    BadMagic(u32),
+    /// The record names another vCPU than the slot it sits in.
+    WrongVcpu {
+        /// The slot's vCPU.
+        expected: u32,
+        /// What the record says.
+        found: u32,
+    },
+    /// The record is for another round than the one that just finished.
+    WrongRound {
+        /// The round that finished.
+        expected: u32,
+        /// What the record says.
+        found: u32,
+    },
+    /// The record's variant is not the one the host asked for.
+    WrongVariant {
+        /// The variant asked for (raw).
+        expected: u32,
+        /// What the record says.
+        found: u32,
+    },
+    /// Unknown flag bits or a non-zero reserved field.
+    BadFlags(u32),
+    /// The value written is below the vCPU's own first-iteration TSC, which the
+    /// max-TSC rule makes impossible.
+    WrittenBelowFirst,
+    /// The TSC before the final write is below the first-iteration TSC: time ran
+    /// backwards inside one round, or the record is corrupt.
+    TimeWentBackwards,
+}
+
+impl core::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            RecordError::BadMagic(m) => write!(f, "bad magic {m:#x}"),
+            RecordError::WrongVcpu { expected, found } => {
+                write!(f, "record of vCPU {found} in vCPU {expected}'s slot")
+            }
+            RecordError::WrongRound { expected, found } => {
+                write!(f, "record of round {found}, expected round {expected}")
+            }
+            RecordError::WrongVariant { expected, found } => {
+                write!(f, "record of variant {found}, expected variant {expected}")
+            }
+            RecordError::BadFlags(v) => write!(f, "unknown flags or reserved bits {v:#x}"),
+            RecordError::WrittenBelowFirst => {
+                f.write_str("value written is below the vCPU's first-iteration TSC")
+            }
+            RecordError::TimeWentBackwards => {
+                f.write_str("TSC before the write is below the first-iteration TSC")
+            }
+        }
+    }
+}
+
+impl RoundRecord {
+    /// Decodes a record from the bytes the guest wrote (little-endian, x86).
+    /// `None` when `bytes` is shorter than [`RECORD_SIZE`].
+    pub fn from_bytes(bytes: &[u8]) -> Option<RoundRecord> {
+        let b = bytes.get(..RECORD_SIZE)?;
+        let u32_at = |o: usize| {
+            let mut a = [0u8; 4];
+            a.copy_from_slice(&b[o..o + 4]);
+            u32::from_le_bytes(a)
+        };
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        Some(RoundRecord {
+            magic: u32_at(0),
+            vcpu: u32_at(4),
+            round: u32_at(8),
+            variant: u32_at(12),
+            flags: u32_at(16),
+            reserved: u32_at(20),
+            tsc_first: u64_at(24),
+            written: u64_at(32),
+            tsc_before_write: u64_at(40),
+            tsc_after_loop: u64_at(48),
+            adjust_before: u64_at(56),
+            adjust_after: u64_at(64),
+        })
+    }
+
+    /// Checks everything the host can check about a record on its own: that it
+    /// is the record of `vcpu` for `round` and `variant`, and internally
+    /// consistent. It does not check it against the host's own readings.
+    pub fn validate(&self, vcpu: u32, round: u32, variant: u32) -> Result<(), RecordError> {
+        if self.magic != RECORD_MAGIC {
+            return Err(RecordError::BadMagic(self.magic));
+        }
+        if self.vcpu != vcpu {
+            return Err(RecordError::WrongVcpu {
+                expected: vcpu,
+                found: self.vcpu,
+            });
+        }
+        if self.round != round {
+            return Err(RecordError::WrongRound {
+                expected: round,
+                found: self.round,
+            });
+        }
+        if self.variant != variant {
+            return Err(RecordError::WrongVariant {
+                expected: variant,
+                found: self.variant,
+            });
+        }
+        if self.flags & !RECORD_HAS_TSC_ADJUST != 0 || self.reserved != 0 {
+            return Err(RecordError::BadFlags(self.flags | self.reserved));
+        }
+        if self.written < self.tsc_first {
+            return Err(RecordError::WrittenBelowFirst);
+        }
+        if self.tsc_before_write < self.tsc_first {
+            return Err(RecordError::TimeWentBackwards);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> RoundRecord {
+        RoundRecord {
+            magic: RECORD_MAGIC,
+            vcpu: 3,
+            round: 7,
+            variant: Variant::XenHead as u32,
+            flags: RECORD_HAS_TSC_ADJUST,
+            reserved: 0,
+            tsc_first: 1000,
+            written: 1200,
+            tsc_before_write: 5000,
+            tsc_after_loop: 6000,
+            adjust_before: u64::MAX,
+            adjust_after: 42,
+        }
+    }
+
+    fn to_bytes(r: &RoundRecord) -> [u8; RECORD_SIZE] {
+        // SAFETY: RoundRecord is repr(C), made of integers only, with no padding
+        // (its size is the sum of its fields, checked at compile time), so every
+        // byte is initialised.
+        unsafe { core::mem::transmute_copy(r) }
+    }
+
+    #[test]
+    fn decoding_matches_the_in_memory_layout() {
+        let r = sample();
+        assert_eq!(RoundRecord::from_bytes(&to_bytes(&r)), Some(r));
+    }
+
+    #[test]
+    fn short_input_is_rejected() {
+        let r = sample();
+        assert_eq!(RoundRecord::from_bytes(&to_bytes(&r)[..RECORD_SIZE - 1]), None);
+    }
+
+    #[test]
+    fn validation_catches_each_inconsistency() {
+        let ok = sample();
+        assert_eq!(ok.validate(3, 7, Variant::XenHead as u32), Ok(()));
+        assert_eq!(
+            ok.validate(2, 7, Variant::XenHead as u32),
+            Err(RecordError::WrongVcpu {
+                expected: 2,
+                found: 3
+            })
+        );
+        assert!(matches!(
+            ok.validate(3, 8, 3),
+            Err(RecordError::WrongRound { .. })
+        ));
+        assert!(matches!(
+            ok.validate(3, 7, 1),
+            Err(RecordError::WrongVariant { .. })
+        ));
+        let bad = RoundRecord { magic: 0, ..ok };
+        assert_eq!(bad.validate(3, 7, 3), Err(RecordError::BadMagic(0)));
+        let bad = RoundRecord { flags: 0x80, ..ok };
+        assert!(matches!(bad.validate(3, 7, 3), Err(RecordError::BadFlags(_))));
+        let bad = RoundRecord { written: 999, ..ok };
+        assert_eq!(bad.validate(3, 7, 3), Err(RecordError::WrittenBelowFirst));
+        let bad = RoundRecord {
+            tsc_before_write: 10,
+            ..ok
+        };
+        assert_eq!(bad.validate(3, 7, 3), Err(RecordError::TimeWentBackwards));
+    }
+
+    #[test]
+    fn variants_round_trip_by_name_and_raw_value() {
+        for v in Variant::ALL {
+            assert_eq!(Variant::from_name(v.name()), Some(v));
+            assert_eq!(Variant::from_raw(v as u32), Some(v));
+        }
+        assert_eq!(Variant::from_name("xen-4.16"), None);
+        assert_eq!(Variant::from_raw(0), None);
+    }
+
+    #[test]
+    fn layout_regions_do_not_overlap() {
+        let regions = [
+            (layout::GDT, 0x1000),
+            (layout::IDT, 0x1000),
+            (layout::PML4, 0x1000),
+            (layout::PDPT, 0x1000),
+            (layout::PD, 0x1000),
+            (layout::CONFIG, 0x1000),
+            (layout::RENDEZVOUS, 0x1000),
+            (
+                layout::RECORDS,
+                layout::MAX_VCPUS as u64 * RECORD_SIZE as u64,
+            ),
+            (layout::IMAGE, layout::IMAGE_END - layout::IMAGE),
+            (
+                layout::STACKS,
+                layout::MAX_VCPUS as u64 * layout::STACK_SIZE,
+            ),
+        ];
+        for (i, &(a, alen)) in regions.iter().enumerate() {
+            assert!(a + alen <= layout::MEM_SIZE);
+            for &(b, blen) in &regions[i + 1..] {
+                assert!(a + alen <= b || b + blen <= a, "{a:#x} overlaps {b:#x}");
+            }
+        }
+    }
+}

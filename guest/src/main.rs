@@ -1,0 +1,98 @@
+//! The tsc-rendezvous guest.
+//!
+//! Every vCPU enters `_start` in 64-bit mode with its index in `rdi` and its
+//! stack in `rsp` (the VMM sets both). Each runs `Config::rounds` rendezvous,
+//! writes its [`RoundRecord`] after each and reports it with an `out` to
+//! [`ports::ROUND_DONE`], which parks it in the VMM until every vCPU has finished
+//! the round and the VMM has read their TSC state back. At the end it reports
+//! [`ports::DONE`] and halts.
+//!
+//! No SSE/x87/AVX instruction may appear anywhere in this binary (the VMM's
+//! tests disassemble it), so nothing here formats text or uses floats.
+#![no_std]
+#![no_main]
+
+mod cpu;
+mod idt;
+mod rt;
+
+use core::ptr::{read_volatile, write_volatile};
+use tsc_contract::{
+    layout, ports, Config, PanicCode, RoundRecord, Variant, CONFIG_MAGIC, CONTRACT_VERSION,
+    RECORD_HAS_TSC_ADJUST, RECORD_MAGIC,
+};
+use tsc_rendezvous_algo::{rendezvous, Shared};
+
+core::arch::global_asm!(
+    ".section .text._start, \"ax\"",
+    ".global _start",
+    "_start:",
+    "    and rsp, -16",
+    "    call {main}",
+    "2:  cli",
+    "    hlt",
+    "    jmp 2b",
+    main = sym guest_main,
+);
+
+/// The guest's main function; `index` is the vCPU's index, from `rdi`.
+extern "C" fn guest_main(index: u64) -> ! {
+    idt::install();
+
+    let config_ptr = layout::CONFIG as *const Config;
+    // SAFETY: the VMM maps guest RAM over the whole layout and writes the
+    // config before starting any vCPU; a volatile read because the VMM changes
+    // it between rounds.
+    let config = unsafe { read_volatile(config_ptr) };
+    if config.magic != CONFIG_MAGIC || config.version != CONTRACT_VERSION {
+        rt::fail(PanicCode::BadConfig, b"config magic or contract version mismatch");
+    }
+    if config.vcpus == 0 || config.vcpus > layout::MAX_VCPUS || index >= u64::from(config.vcpus)
+    {
+        rt::fail(PanicCode::BadConfig, b"vCPU index or count out of range");
+    }
+    let index = index as u32;
+
+    let has_adjust = cpu::has_tsc_adjust();
+    let flags = if has_adjust { RECORD_HAS_TSC_ADJUST } else { 0 };
+    // SAFETY: the rendezvous page is guest RAM reserved for it, 64-byte aligned,
+    // zeroed by the VMM before every round while all vCPUs are parked; `Shared`
+    // is made of atomics, so shared access from every vCPU is sound.
+    let shared: &Shared = unsafe { &*(layout::RENDEZVOUS as *const Shared) };
+    let record = layout::record(index) as *mut RoundRecord;
+    let mut ops = cpu::Hw;
+
+    for round in 0..config.rounds {
+        // SAFETY: as above; the VMM may set another variant between rounds.
+        let raw_variant = unsafe { read_volatile(&(*config_ptr).variant) };
+        let Some(variant) = Variant::from_raw(raw_variant) else {
+            rt::fail(PanicCode::BadConfig, b"unknown variant in config");
+        };
+
+        let adjust_before = if has_adjust { cpu::read_tsc_adjust() } else { 0 };
+        let out = rendezvous(variant, shared, index, config.vcpus, &mut ops);
+        let adjust_after = if has_adjust { cpu::read_tsc_adjust() } else { 0 };
+
+        let rec = RoundRecord {
+            magic: RECORD_MAGIC,
+            vcpu: index,
+            round,
+            variant: raw_variant,
+            flags,
+            reserved: 0,
+            tsc_first: out.tsc_first,
+            written: out.written,
+            tsc_before_write: out.tsc_before_write,
+            tsc_after_loop: out.tsc_after_loop,
+            adjust_before,
+            adjust_after,
+        };
+        // SAFETY: vCPU `index`'s record slot is inside guest RAM (the layout
+        // holds MAX_VCPUS records) and written by this vCPU only.
+        unsafe { write_volatile(record, rec) };
+        cpu::out32(ports::ROUND_DONE, round);
+    }
+
+    cpu::out32(ports::DONE, config.rounds);
+    cpu::halt_forever()
+}

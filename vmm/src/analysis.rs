@@ -1,0 +1,513 @@
+//! From raw readings to findings: per round, each vCPU's TSC offset relative to
+//! vCPU 0 by three independent methods, whether the hypervisor honoured the
+//! writes, the skew, and the seed's loop-exit time.
+//!
+//! All arithmetic on TSC values wraps (a u64 TSC may be written anywhere) and
+//! differences are taken as signed 64-bit values.
+//!
+//! The three methods (see `kvm-tsc.md` in the project notes):
+//! - (a) TSC_ADJUST deltas. KVM adds the delta of every guest TSC write
+//!   (value written - TSC when KVM handled the write) to the vCPU's virtual
+//!   TSC_ADJUST, on Linux >= 5.10 exactly and on PVM too. When all vCPUs write
+//!   the same value, the spread of the deltas is the spread of the moments the
+//!   writes were handled: the skew the writes leave behind (or would have, if
+//!   the hypervisor ignores them).
+//! - (b) KVM_VCPU_TSC_OFFSET deltas: the offsets themselves, exact (Linux >= 5.16).
+//! - (c) IA32_TSC read through KVM, bracketed by host TSC reads: an estimate of
+//!   each offset with an error bar of half the bracket.
+//!
+//! Every method that is available is cross-checked against the others and any
+//! disagreement is reported with the round, never hidden.
+
+use serde::Serialize;
+use tsc_contract::{RoundRecord, RECORD_HAS_TSC_ADJUST};
+
+use crate::tsc::TscState;
+
+/// Signed difference `a - b` of two wrapping u64 values.
+pub fn signed_delta(a: u64, b: u64) -> i64 {
+    a.wrapping_sub(b) as i64
+}
+
+/// Everything read for one vCPU around one round.
+#[derive(Clone, Copy, Debug)]
+pub struct VcpuSample {
+    /// The guest's record (already validated against the contract).
+    pub record: RoundRecord,
+    /// KVM's view before the round (the previous round's readback).
+    pub before: TscState,
+    /// KVM's view after the round.
+    pub after: TscState,
+}
+
+/// One vCPU's findings for one round.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct VcpuResult {
+    /// vCPU index.
+    pub id: u32,
+    /// Change of IA32_TSC_ADJUST over the round, as KVM reports it.
+    pub tsc_adjust_delta: i64,
+    /// Change of IA32_TSC_ADJUST as the guest read it (None without the MSR).
+    pub guest_adjust_delta: Option<i64>,
+    /// Change of the TSC offset (None without KVM_VCPU_TSC_OFFSET).
+    pub offset_delta: Option<i64>,
+    /// The value the vCPU wrote to IA32_TSC.
+    pub written_value: u64,
+    /// The vCPU's first-iteration TSC.
+    pub tsc_first: u64,
+    /// The TSC just before the write.
+    pub tsc_before_write: u64,
+    /// The TSC just after the loop (after the write, if honoured).
+    pub tsc_after_loop: u64,
+    /// The guest TSC at the moment KVM handled the write, on the pre-write
+    /// timeline: `written_value - tsc_adjust_delta`.
+    pub tsc_at_write: u64,
+    /// From just before the write until KVM handled it: the write's own cost.
+    pub write_latency_cycles: i64,
+    /// The seed's metric: from the TSC write until after the loop.
+    pub exit_latency_cycles: i64,
+    /// Did this vCPU's write take effect? None when the evidence is not decisive.
+    pub write_honoured: Option<bool>,
+    /// The guest's own evidence: did its TSC jump to the written value?
+    pub guest_saw_jump: Option<bool>,
+    /// Offset relative to vCPU 0 after the round, by method (a).
+    pub rel_offset_adjust: i64,
+    /// Offset relative to vCPU 0 after the round, by method (b).
+    pub rel_offset_attr: Option<i64>,
+    /// Offset relative to vCPU 0 after the round, by method (c).
+    pub rel_offset_bracket: i64,
+    /// Error bar of method (c), cycles.
+    pub rel_offset_bracket_error: u64,
+    /// TSC frequency of this vCPU, kHz.
+    pub tsc_khz: u32,
+}
+
+/// One round's findings.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RoundResult {
+    /// Round index.
+    pub round: u32,
+    /// The variant that ran.
+    pub variant: String,
+    /// Skew the writes left behind (or would have, when ignored): the spread of
+    /// the relative offsets by method (a), cycles.
+    pub skew_cycles: u64,
+    /// The actual skew by method (b), when available.
+    pub skew_cycles_attr: Option<u64>,
+    /// The actual skew by method (c).
+    pub skew_cycles_bracket: u64,
+    /// Error bar of method (c).
+    pub skew_cycles_bracket_error: u64,
+    /// Whether every vCPU's write took effect; None when undetermined or mixed.
+    pub writes_honoured: Option<bool>,
+    /// CPU 0's loop-exit time, the seed's metric.
+    pub cpu0_exit_latency_cycles: i64,
+    /// Disagreements between methods, in words; empty when all agree.
+    pub disagreements: Vec<String>,
+    /// Per vCPU.
+    pub vcpus: Vec<VcpuResult>,
+}
+
+/// Decides from KVM's and the guest's evidence whether one write took effect.
+///
+/// With the offset attribute the answer is exact: an honoured write moves the
+/// offset by exactly the TSC_ADJUST delta, an ignored one leaves it alone.
+/// Without it, the bracketed estimate decides when the delta is larger than
+/// the estimate's error bar. Returns (honoured, disagreement text).
+pub fn write_honoured(
+    adjust_delta: i64,
+    offset_delta: Option<i64>,
+    estimate_delta: i64,
+    estimate_error: u64,
+) -> (Option<bool>, Option<String>) {
+    if let Some(od) = offset_delta {
+        if od == adjust_delta && adjust_delta != 0 {
+            return (Some(true), None);
+        }
+        if od == 0 && adjust_delta != 0 {
+            return (Some(false), None);
+        }
+        if od == 0 && adjust_delta == 0 {
+            return (None, None);
+        }
+        return (
+            None,
+            Some(format!(
+                "offset moved by {od} cycles but TSC_ADJUST by {adjust_delta}"
+            )),
+        );
+    }
+    let err = i128::from(estimate_error);
+    let near = |x: i64, y: i64| (i128::from(x) - i128::from(y)).abs() <= err;
+    match (near(estimate_delta, adjust_delta), near(estimate_delta, 0)) {
+        (true, false) => (Some(true), None),
+        (false, true) => (Some(false), None),
+        (true, true) => (None, None),
+        (false, false) => (
+            None,
+            Some(format!(
+                "bracketed offset estimate moved by {estimate_delta} ± {estimate_error} cycles, \
+                 neither 0 nor the TSC_ADJUST delta {adjust_delta}"
+            )),
+        ),
+    }
+}
+
+/// The guest's own evidence of a jump. Written value `v`, TSC at the write
+/// (pre-write timeline) `at`, TSC after the loop `after`: an honoured write
+/// puts `after` at `v + elapsed`, an ignored one at `at + elapsed`, elapsed >= 0.
+pub fn guest_saw_jump(v: u64, at: u64, after: u64) -> Option<bool> {
+    let if_honoured = signed_delta(after, v);
+    let if_ignored = signed_delta(after, at);
+    match (if_honoured >= 0, if_ignored >= 0) {
+        (true, false) => Some(true),
+        (false, true) => Some(false),
+        _ => None,
+    }
+}
+
+/// Spread (max - min) of values, 0 for none.
+pub fn spread(values: impl IntoIterator<Item = i64>) -> u64 {
+    let mut it = values.into_iter();
+    let Some(first) = it.next() else { return 0 };
+    let (lo, hi) = it.fold((first, first), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    (i128::from(hi) - i128::from(lo)) as u64
+}
+
+/// Analyses one round. `base_rel` holds each vCPU's actual offset relative to
+/// vCPU 0 before the round (0 at creation: KVM gives every vCPU the same
+/// offset); it is updated when the round's writes took effect.
+pub fn analyse_round(
+    round: u32,
+    variant: &str,
+    samples: &[VcpuSample],
+    base_rel: &mut [i64],
+) -> RoundResult {
+    let mut disagreements = Vec::new();
+    let mut vcpus = Vec::with_capacity(samples.len());
+    let mut adjust_deltas = Vec::with_capacity(samples.len());
+
+    for (i, s) in samples.iter().enumerate() {
+        let id = i as u32;
+        let rec = &s.record;
+        let adjust_delta = signed_delta(s.after.adjust, s.before.adjust);
+        adjust_deltas.push(adjust_delta);
+        let offset_delta = match (s.after.offset, s.before.offset) {
+            (Some(a), Some(b)) => Some(signed_delta(a, b)),
+            _ => None,
+        };
+        let guest_adjust_delta = (rec.flags & RECORD_HAS_TSC_ADJUST != 0)
+            .then(|| signed_delta(rec.adjust_after, rec.adjust_before));
+        if let Some(g) = guest_adjust_delta {
+            if g != adjust_delta {
+                disagreements.push(format!(
+                    "vCPU {id}: the guest saw TSC_ADJUST move by {g}, KVM reports {adjust_delta}"
+                ));
+            }
+        }
+        let estimate_delta = signed_delta(s.after.estimated_offset(), s.before.estimated_offset());
+        let estimate_error = s.after.estimate_error() + s.before.estimate_error();
+        let (honoured, why) =
+            write_honoured(adjust_delta, offset_delta, estimate_delta, estimate_error);
+        if let Some(why) = why {
+            disagreements.push(format!("vCPU {id}: {why}"));
+        }
+        let tsc_at_write = rec.written.wrapping_sub(adjust_delta as u64);
+        let saw_jump = guest_saw_jump(rec.written, tsc_at_write, rec.tsc_after_loop);
+        if let (Some(h), Some(j)) = (honoured, saw_jump) {
+            if h != j {
+                disagreements.push(format!(
+                    "vCPU {id}: KVM says the write {} but the guest's TSC {}",
+                    if h { "took effect" } else { "was ignored" },
+                    if j { "jumped" } else { "did not jump" }
+                ));
+            }
+        }
+        // Which timeline `tsc_after_loop` is on decides where the write was.
+        let write_point = match honoured.or(saw_jump) {
+            Some(true) => rec.written,
+            _ => tsc_at_write,
+        };
+        let exit_latency_cycles = signed_delta(rec.tsc_after_loop, write_point);
+        let write_latency_cycles = signed_delta(tsc_at_write, rec.tsc_before_write);
+        if write_latency_cycles < 0 {
+            disagreements.push(format!(
+                "vCPU {id}: KVM handled the write {} cycles before the guest issued it \
+                 (TSC_ADJUST delta does not match the value written)",
+                -write_latency_cycles
+            ));
+        }
+        vcpus.push(VcpuResult {
+            id,
+            tsc_adjust_delta: adjust_delta,
+            guest_adjust_delta,
+            offset_delta,
+            written_value: rec.written,
+            tsc_first: rec.tsc_first,
+            tsc_before_write: rec.tsc_before_write,
+            tsc_after_loop: rec.tsc_after_loop,
+            tsc_at_write,
+            write_latency_cycles,
+            exit_latency_cycles,
+            write_honoured: honoured,
+            guest_saw_jump: saw_jump,
+            rel_offset_adjust: 0,
+            rel_offset_attr: None,
+            rel_offset_bracket: 0,
+            rel_offset_bracket_error: 0,
+            tsc_khz: s.after.tsc_khz,
+        });
+    }
+
+    let writes_honoured = {
+        let mut it = vcpus.iter().map(|v| v.write_honoured);
+        let first = it.next().flatten();
+        if it.all(|h| h == first) {
+            first
+        } else {
+            disagreements.push("some vCPUs' writes took effect and others' did not".into());
+            None
+        }
+    };
+
+    if let Some(v) = vcpus.iter().find(|v| v.written_value != vcpus[0].written_value) {
+        disagreements.push(format!(
+            "vCPU {} wrote {} but vCPU 0 wrote {}",
+            v.id, v.written_value, vcpus[0].written_value
+        ));
+    }
+    if let Some(v) = vcpus.iter().find(|v| v.tsc_khz != vcpus[0].tsc_khz) {
+        disagreements.push(format!(
+            "vCPU {} runs its TSC at {} kHz, vCPU 0 at {} kHz: skews are not comparable",
+            v.id, v.tsc_khz, vcpus[0].tsc_khz
+        ));
+    }
+
+    // Relative offsets after the round.
+    let d0 = adjust_deltas.first().copied().unwrap_or(0);
+    let est0 = samples
+        .first()
+        .map(|s| (s.after.estimated_offset(), s.after.estimate_error()));
+    let off0 = samples.first().and_then(|s| s.after.offset);
+    for (i, v) in vcpus.iter_mut().enumerate() {
+        let base = base_rel.get(i).copied().unwrap_or(0);
+        v.rel_offset_adjust = base.wrapping_add(adjust_deltas[i].wrapping_sub(d0));
+        v.rel_offset_attr = match (samples[i].after.offset, off0) {
+            (Some(o), Some(o0)) => Some(signed_delta(o, o0)),
+            _ => None,
+        };
+        if let Some((e0, err0)) = est0 {
+            v.rel_offset_bracket = signed_delta(samples[i].after.estimated_offset(), e0);
+            v.rel_offset_bracket_error = if i == 0 {
+                0
+            } else {
+                samples[i].after.estimate_error() + err0
+            };
+        }
+        // What the offsets should be now: moved if the writes took effect.
+        let expected_actual = match writes_honoured {
+            Some(true) => Some(v.rel_offset_adjust),
+            Some(false) => Some(base),
+            None => None,
+        };
+        if let (Some(exp), Some(attr)) = (expected_actual, v.rel_offset_attr) {
+            if exp != attr {
+                disagreements.push(format!(
+                    "vCPU {}: relative offset is {attr} cycles by KVM_VCPU_TSC_OFFSET, \
+                     {exp} by TSC_ADJUST",
+                    v.id
+                ));
+            }
+        }
+        if let Some(exp) = expected_actual {
+            let diff = (i128::from(v.rel_offset_bracket) - i128::from(exp)).unsigned_abs();
+            if diff > u128::from(v.rel_offset_bracket_error) {
+                disagreements.push(format!(
+                    "vCPU {}: relative offset is {} ± {} cycles by bracketed reads, {exp} expected",
+                    v.id, v.rel_offset_bracket, v.rel_offset_bracket_error
+                ));
+            }
+        }
+    }
+    if writes_honoured == Some(true) {
+        for (b, v) in base_rel.iter_mut().zip(&vcpus) {
+            *b = v.rel_offset_adjust;
+        }
+    }
+
+    let attr_all: Option<Vec<i64>> = vcpus.iter().map(|v| v.rel_offset_attr).collect();
+    let bracket_error = vcpus
+        .iter()
+        .map(|v| v.rel_offset_bracket_error)
+        .max()
+        .unwrap_or(0);
+    RoundResult {
+        round,
+        variant: variant.to_string(),
+        skew_cycles: spread(vcpus.iter().map(|v| v.rel_offset_adjust)),
+        skew_cycles_attr: attr_all.map(spread),
+        skew_cycles_bracket: spread(vcpus.iter().map(|v| v.rel_offset_bracket)),
+        skew_cycles_bracket_error: bracket_error.saturating_mul(2),
+        writes_honoured,
+        cpu0_exit_latency_cycles: vcpus.first().map_or(0, |v| v.exit_latency_cycles),
+        disagreements,
+        vcpus,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tsc_contract::RECORD_MAGIC;
+
+    #[test]
+    fn signed_deltas_wrap() {
+        assert_eq!(signed_delta(5, 10), -5);
+        assert_eq!(signed_delta(2, u64::MAX), 3);
+        assert_eq!(signed_delta(u64::MAX, 2), -3);
+        assert_eq!(signed_delta(0, 1u64 << 63), i64::MIN);
+    }
+
+    #[test]
+    fn spread_is_max_minus_min() {
+        assert_eq!(spread([0, -5, 7, 3]), 12);
+        assert_eq!(spread([i64::MIN, i64::MAX]), u64::MAX);
+        assert_eq!(spread(std::iter::empty()), 0);
+    }
+
+    #[test]
+    fn honoured_writes_are_decided_exactly_with_the_offset_attribute() {
+        assert_eq!(write_honoured(-500, Some(-500), 0, 0), (Some(true), None));
+        assert_eq!(write_honoured(-500, Some(0), 0, 0), (Some(false), None));
+        let (h, why) = write_honoured(-500, Some(-400), 0, 0);
+        assert_eq!(h, None);
+        assert!(why.expect("a disagreement").contains("-400"));
+    }
+
+    #[test]
+    fn honoured_writes_from_the_bracket_need_a_delta_above_the_error() {
+        assert_eq!(write_honoured(-10_000, None, -9_000, 2_000), (Some(true), None));
+        assert_eq!(write_honoured(-10_000, None, 500, 2_000), (Some(false), None));
+        assert_eq!(write_honoured(-1_000, None, -500, 2_000), (None, None));
+        assert!(write_honoured(-10_000, None, 50_000, 2_000).1.is_some());
+    }
+
+    #[test]
+    fn the_guest_sees_a_jump_only_when_one_timeline_is_impossible() {
+        // Written 1000, handled at 5000: honoured -> after ~1000+e.
+        assert_eq!(guest_saw_jump(1_000, 5_000, 1_200), Some(true));
+        assert_eq!(guest_saw_jump(1_000, 5_000, 5_200), None);
+        // Written above the TSC (moved forward): ignored -> after < written.
+        assert_eq!(guest_saw_jump(9_000, 5_000, 5_200), Some(false));
+    }
+
+    fn state(adjust: u64, offset: Option<u64>, tsc: u64, host: u64) -> TscState {
+        TscState {
+            adjust,
+            tsc,
+            host_before: host,
+            host_after: host + 100,
+            offset,
+            tsc_khz: 2_000_000,
+        }
+    }
+
+    fn record(id: u32, written: u64, before_write: u64, after_loop: u64) -> RoundRecord {
+        RoundRecord {
+            magic: RECORD_MAGIC,
+            vcpu: id,
+            round: 0,
+            variant: 2,
+            flags: 0,
+            reserved: 0,
+            tsc_first: written - 10,
+            written,
+            tsc_before_write: before_write,
+            tsc_after_loop: after_loop,
+            adjust_before: 0,
+            adjust_after: 0,
+        }
+    }
+
+    /// An ignoring hypervisor (PVM): the TSC_ADJUST deltas show the writes'
+    /// would-be skew, the offsets do not move.
+    #[test]
+    fn ignored_writes_give_the_would_be_skew_from_tsc_adjust() {
+        let v = 1_000_000;
+        // vCPU 0's write handled at 1_003_000, vCPU 1's at 1_010_000.
+        let samples = [
+            VcpuSample {
+                record: record(0, v, 1_002_900, 1_020_000),
+                before: state(0, Some(0), 900_000, 900_000),
+                after: state((v as i64 - 1_003_000) as u64, Some(0), 2_000_000, 2_000_000),
+            },
+            VcpuSample {
+                record: record(1, v, 1_009_800, 1_020_500),
+                before: state(0, Some(0), 900_010, 900_000),
+                after: state((v as i64 - 1_010_000) as u64, Some(0), 2_000_010, 2_000_000),
+            },
+        ];
+        let mut base = vec![0; 2];
+        let r = analyse_round(0, "xen-6ca022a1", &samples, &mut base);
+        assert_eq!(r.writes_honoured, Some(false));
+        assert_eq!(r.skew_cycles, 7_000);
+        assert_eq!(r.skew_cycles_attr, Some(0));
+        assert_eq!(r.vcpus[1].rel_offset_adjust, -7_000);
+        assert_eq!(r.vcpus[0].tsc_at_write, 1_003_000);
+        assert_eq!(r.vcpus[0].write_latency_cycles, 100);
+        assert_eq!(r.cpu0_exit_latency_cycles, 17_000);
+        assert_eq!(base, vec![0, 0], "ignored writes leave the offsets alone");
+        assert!(r.disagreements.is_empty(), "{:?}", r.disagreements);
+    }
+
+    /// An honouring hypervisor: offsets move by exactly the TSC_ADJUST deltas,
+    /// the guest's TSC jumps, and the exit time is measured from the value written.
+    #[test]
+    fn honoured_writes_move_the_offsets_by_the_adjust_deltas() {
+        let v = 1_000_000u64;
+        let d0: i64 = v as i64 - 1_003_000;
+        let d1: i64 = v as i64 - 1_010_000;
+        let samples = [
+            VcpuSample {
+                record: record(0, v, 1_002_900, v + 500),
+                before: state(0, Some(0), 1_000_000, 1_000_000),
+                after: state(d0 as u64, Some(d0 as u64), (2_000_000 + d0) as u64, 2_000_000),
+            },
+            VcpuSample {
+                record: record(1, v, 1_009_800, v + 300),
+                before: state(0, Some(0), 1_000_000, 1_000_000),
+                after: state(d1 as u64, Some(d1 as u64), (2_000_000 + d1) as u64, 2_000_000),
+            },
+        ];
+        let mut base = vec![0; 2];
+        let r = analyse_round(0, "xen-head", &samples, &mut base);
+        assert_eq!(r.writes_honoured, Some(true));
+        assert_eq!(r.skew_cycles, 7_000);
+        assert_eq!(r.skew_cycles_attr, Some(7_000));
+        assert_eq!(r.cpu0_exit_latency_cycles, 500);
+        assert_eq!(r.vcpus[0].guest_saw_jump, Some(true));
+        assert_eq!(base, vec![0, -7_000]);
+        assert!(r.disagreements.is_empty(), "{:?}", r.disagreements);
+    }
+
+    #[test]
+    fn a_mismatch_between_methods_is_reported() {
+        let v = 1_000_000u64;
+        let samples = [
+            VcpuSample {
+                record: record(0, v, 1_002_900, v + 500),
+                before: state(0, Some(0), 1_000_000, 1_000_000),
+                after: state((-3000i64) as u64, Some((-3000i64) as u64), 1_997_000, 2_000_000),
+            },
+            VcpuSample {
+                record: record(1, v, 1_009_800, v + 300),
+                before: state(0, Some(0), 1_000_000, 1_000_000),
+                // The offset moved by less than TSC_ADJUST says.
+                after: state((-10_000i64) as u64, Some((-9_000i64) as u64), 1_991_000, 2_000_000),
+            },
+        ];
+        let r = analyse_round(0, "xen-head", &samples, &mut [0, 0]);
+        assert_eq!(r.writes_honoured, None);
+        assert!(r.disagreements.iter().any(|d| d.contains("vCPU 1")));
+    }
+}

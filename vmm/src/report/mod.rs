@@ -1,0 +1,176 @@
+//! Reports: the JSON document (schema `tsc-rendezvous/run/v1`, in
+//! `vmm/schema/run-v1.json`) and the readable text built from the same data.
+
+mod text;
+
+use serde::Serialize;
+
+use crate::analysis::RoundResult;
+use crate::host::{cycles_to_ns, HostInfo};
+use crate::runner::RunOutput;
+use crate::stats::{summarize, Summary};
+
+pub use text::render_text;
+
+/// The schema identifier written into every JSON report.
+pub const SCHEMA: &str = "tsc-rendezvous/run/v1";
+
+/// One variant's run, as reported.
+#[derive(Clone, Debug, Serialize)]
+pub struct VariantReport {
+    /// The variant's name.
+    pub variant: String,
+    /// vCPU count.
+    pub vcpus: u32,
+    /// Whether the writes took effect in every round (null when undetermined
+    /// or not the same in every round).
+    pub writes_honoured: Option<bool>,
+    /// Statistics over the rounds.
+    pub summary: RunSummary,
+    /// Observations about the run as a whole.
+    pub notes: Vec<String>,
+    /// The rounds.
+    pub rounds: Vec<RoundResult>,
+}
+
+/// Statistics of one variant over its rounds.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSummary {
+    /// Rounds measured.
+    pub rounds: usize,
+    /// Skew (method a), cycles.
+    pub skew_cycles: Option<Summary>,
+    /// Skew (method a), nanoseconds (null without a TSC frequency).
+    pub skew_ns: Option<Summary>,
+    /// CPU 0's loop-exit time, cycles (the seed's metric).
+    pub cpu0_exit_latency_cycles: Option<Summary>,
+    /// The other vCPUs' loop-exit times, cycles.
+    pub other_exit_latency_cycles: Option<Summary>,
+    /// Rounds in which any two methods disagreed.
+    pub rounds_with_disagreements: usize,
+    /// The first few disagreements, verbatim.
+    pub first_disagreements: Vec<String>,
+    /// The round whose skew is the median one (shown in the readable report).
+    pub typical_round: Option<u32>,
+}
+
+/// The whole JSON document.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// [`SCHEMA`].
+    pub schema: &'static str,
+    /// This tool's version.
+    pub tool_version: &'static str,
+    /// Host facts.
+    pub host: HostInfo,
+    /// vCPU count.
+    pub vcpus: u32,
+    /// Rounds per variant.
+    pub rounds_per_variant: u32,
+    /// One entry per variant, in the order run.
+    pub runs: Vec<VariantReport>,
+}
+
+/// Summarises one variant's run.
+pub fn summarize_run(rounds: &[RoundResult], tsc_khz: Option<u32>) -> RunSummary {
+    let skew = summarize(rounds.iter().map(|r| r.skew_cycles as f64));
+    let skew_ns = tsc_khz.and_then(|khz| {
+        summarize(
+            rounds
+                .iter()
+                .map(|r| cycles_to_ns(r.skew_cycles as f64, khz)),
+        )
+    });
+    let disagreeing: Vec<&RoundResult> = rounds
+        .iter()
+        .filter(|r| !r.disagreements.is_empty())
+        .collect();
+    let typical_round = skew.as_ref().and_then(|s| {
+        rounds
+            .iter()
+            .min_by(|a, b| {
+                let da = (a.skew_cycles as f64 - s.median).abs();
+                let db = (b.skew_cycles as f64 - s.median).abs();
+                da.total_cmp(&db)
+            })
+            .map(|r| r.round)
+    });
+    RunSummary {
+        rounds: rounds.len(),
+        skew_cycles: skew,
+        skew_ns,
+        cpu0_exit_latency_cycles: summarize(
+            rounds.iter().map(|r| r.cpu0_exit_latency_cycles as f64),
+        ),
+        other_exit_latency_cycles: summarize(
+            rounds
+                .iter()
+                .flat_map(|r| r.vcpus.iter().skip(1))
+                .map(|v| v.exit_latency_cycles as f64),
+        ),
+        rounds_with_disagreements: disagreeing.len(),
+        first_disagreements: disagreeing
+            .iter()
+            .flat_map(|r| r.disagreements.iter().map(move |d| format!("round {}: {d}", r.round)))
+            .take(5)
+            .collect(),
+        typical_round,
+    }
+}
+
+/// Whether the writes took effect in every round: the common value, or None.
+pub fn overall_honoured(rounds: &[RoundResult]) -> Option<bool> {
+    let first = rounds.first()?.writes_honoured;
+    rounds
+        .iter()
+        .all(|r| r.writes_honoured == first)
+        .then_some(first)
+        .flatten()
+}
+
+/// Builds the report of one variant's run.
+pub fn variant_report(variant: &str, out: RunOutput) -> VariantReport {
+    VariantReport {
+        variant: variant.to_string(),
+        vcpus: out.vcpus,
+        writes_honoured: overall_honoured(&out.rounds),
+        summary: summarize_run(&out.rounds, out.host.tsc_khz),
+        notes: out.notes,
+        rounds: out.rounds,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(i: u32, skew: u64, honoured: Option<bool>) -> RoundResult {
+        RoundResult {
+            round: i,
+            variant: "xen-head".into(),
+            skew_cycles: skew,
+            skew_cycles_attr: None,
+            skew_cycles_bracket: 0,
+            skew_cycles_bracket_error: 0,
+            writes_honoured: honoured,
+            cpu0_exit_latency_cycles: 10,
+            disagreements: Vec::new(),
+            vcpus: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_typical_round_is_the_one_nearest_the_median() {
+        let rounds = [round(0, 100, Some(false)), round(1, 900, Some(false)), round(2, 300, Some(false))];
+        let s = summarize_run(&rounds, Some(1_000_000));
+        assert_eq!(s.typical_round, Some(2));
+        assert_eq!(s.skew_ns.map(|x| x.median), Some(300.0));
+    }
+
+    #[test]
+    fn honoured_overall_only_when_every_round_agrees() {
+        assert_eq!(overall_honoured(&[round(0, 1, Some(true)), round(1, 1, Some(true))]), Some(true));
+        assert_eq!(overall_honoured(&[round(0, 1, Some(true)), round(1, 1, Some(false))]), None);
+        assert_eq!(overall_honoured(&[]), None);
+    }
+}

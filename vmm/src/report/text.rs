@@ -1,0 +1,254 @@
+//! The readable report.
+
+use std::fmt::Write as _;
+
+use crate::host::{cycles_to_ns, HostInfo, KvmFlavor};
+use crate::stats::Summary;
+
+use super::{Report, VariantReport};
+
+fn flavor_line(h: &HostInfo) -> String {
+    match h.kvm_flavor {
+        KvmFlavor::Pvm => "PVM (kvm_pvm, a software hypervisor: it cannot offset the TSC and \
+                           emulates guest ring-0 code)"
+            .into(),
+        KvmFlavor::Vmx => "VMX (kvm_intel)".into(),
+        KvmFlavor::Svm => "SVM (kvm_amd)".into(),
+        KvmFlavor::Unknown => "unknown (no kvm_intel, kvm_amd or kvm_pvm module found)".into(),
+    }
+}
+
+fn honoured_text(h: Option<bool>, flavor: KvmFlavor) -> String {
+    match h {
+        Some(true) => "Yes. Every wrmsr IA32_TSC moved the vCPU's TSC offset by exactly the \
+                       TSC_ADJUST delta, and the guest saw its TSC jump to the value written. \
+                       The skews below are real: they are what the rendezvous left behind."
+            .into(),
+        Some(false) => {
+            let who = if flavor == KvmFlavor::Pvm {
+                "This host's hypervisor (PVM)"
+            } else {
+                "This hypervisor"
+            };
+            format!(
+                "No. {who} recorded every wrmsr IA32_TSC in TSC_ADJUST but did not change the \
+                 TSC offsets: the guest's TSCs were not moved. The skews below are the ones the \
+                 writes would have produced on a hypervisor that honours them."
+            )
+        }
+        None => "Undetermined: the evidence differs between rounds or vCPUs, or is not \
+                 decisive (see the cross-checks below)."
+            .into(),
+    }
+}
+
+fn fmt_num(x: f64) -> String {
+    if !x.is_finite() {
+        return "-".into();
+    }
+    let v = x.round() as i128;
+    let digits = v.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if v < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+fn stat_row(out: &mut String, label: &str, s: &Option<Summary>) {
+    if let Some(s) = s {
+        let _ = writeln!(
+            out,
+            "    {label:<28} {:>14} {:>14} {:>14}",
+            fmt_num(s.median),
+            fmt_num(s.p90),
+            fmt_num(s.max)
+        );
+    }
+}
+
+fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
+    let _ = writeln!(out, "\nVariant {} ({} rounds)", v.variant, v.summary.rounds);
+    if let Some(r) = v
+        .summary
+        .typical_round
+        .and_then(|t| v.rounds.iter().find(|r| r.round == t))
+    {
+        let _ = writeln!(
+            out,
+            "  Typical round (#{}, skew nearest the median): value written {}",
+            r.round,
+            r.vcpus.first().map_or(0, |x| x.written_value)
+        );
+        let _ = writeln!(
+            out,
+            "    {:>4} {:>16} {:>14} {:>14} {:>12} {:>20} {:>12}",
+            "vCPU",
+            "TSC_ADJUST delta",
+            "offset delta",
+            "rel. (a)",
+            "rel. (b)",
+            "rel. (c) ± err",
+            "exit cycles"
+        );
+        for c in &r.vcpus {
+            let _ = writeln!(
+                out,
+                "    {:>4} {:>16} {:>14} {:>14} {:>12} {:>20} {:>12}",
+                c.id,
+                fmt_num(c.tsc_adjust_delta as f64),
+                c.offset_delta.map_or("n/a".into(), |d| fmt_num(d as f64)),
+                fmt_num(c.rel_offset_adjust as f64),
+                c.rel_offset_attr.map_or("n/a".into(), |d| fmt_num(d as f64)),
+                format!(
+                    "{} ± {}",
+                    fmt_num(c.rel_offset_bracket as f64),
+                    fmt_num(c.rel_offset_bracket_error as f64)
+                ),
+                fmt_num(c.exit_latency_cycles as f64)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  Over all rounds                {:>14} {:>14} {:>14}",
+        "median", "p90", "max"
+    );
+    stat_row(out, "skew (cycles)", &v.summary.skew_cycles);
+    stat_row(out, "skew (ns)", &v.summary.skew_ns);
+    stat_row(out, "CPU 0 exit time (cycles)", &v.summary.cpu0_exit_latency_cycles);
+    stat_row(out, "other exit times (cycles)", &v.summary.other_exit_latency_cycles);
+    if v.summary.rounds_with_disagreements == 0 {
+        let _ = writeln!(out, "  Cross-checks: every available method agreed in every round.");
+    } else {
+        let _ = writeln!(
+            out,
+            "  Cross-checks: methods disagreed in {} of {} rounds, e.g.:",
+            v.summary.rounds_with_disagreements, v.summary.rounds
+        );
+        for d in &v.summary.first_disagreements {
+            let _ = writeln!(out, "    - {d}");
+        }
+    }
+    for n in &v.notes {
+        let _ = writeln!(out, "  Note: {n}");
+    }
+    let _ = host;
+}
+
+/// Renders the report for a terminal.
+pub fn render_text(r: &Report) -> String {
+    let h = &r.host;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "tsc-rendezvous {}: Xen's TSC calibration rendezvous on {} vCPU(s), {} round(s) per variant",
+        r.tool_version, r.vcpus, r.rounds_per_variant
+    );
+    let _ = writeln!(out, "\nHost");
+    let _ = writeln!(out, "  KVM flavour      {}", flavor_line(h));
+    let _ = writeln!(out, "  Kernel           {}", h.kernel_release);
+    match h.tsc_khz {
+        Some(k) => {
+            let _ = writeln!(out, "  TSC frequency    {:.3} MHz (KVM_GET_TSC_KHZ)", f64::from(k) / 1000.0);
+        }
+        None => {
+            let _ = writeln!(out, "  TSC frequency    unknown");
+        }
+    }
+    if let Some(m) = &h.cpu_model {
+        let _ = writeln!(out, "  CPU              {m}");
+    }
+    if let Some(c) = &h.clocksource {
+        let _ = writeln!(out, "  Clocksource      {c}");
+    }
+    let _ = writeln!(
+        out,
+        "  Offset readback  {}",
+        if h.tsc_offset_attr {
+            "KVM_VCPU_TSC_OFFSET (exact)"
+        } else {
+            "not available (Linux < 5.16): TSC_ADJUST and bracketed reads only"
+        }
+    );
+
+    let overall = {
+        let mut it = r.runs.iter().map(|v| v.writes_honoured);
+        let first = it.next().flatten();
+        if it.all(|x| x == first) {
+            first
+        } else {
+            None
+        }
+    };
+    let _ = writeln!(out, "\nDid the hypervisor honour the guest's TSC writes?");
+    let _ = writeln!(out, "  {}", honoured_text(overall, h.kvm_flavor));
+    let _ = writeln!(
+        out,
+        "\nRelative offsets are each vCPU's TSC offset minus vCPU 0's after the round, in \
+         cycles:\n(a) from the TSC_ADJUST deltas, (b) from KVM_VCPU_TSC_OFFSET, (c) from IA32_TSC \
+         read through KVM\nbetween two host TSC reads. The skew is the spread of (a); the exit \
+         time runs from the\nfinal TSC write to after the loop (the seed's metric)."
+    );
+    for v in &r.runs {
+        variant_section(&mut out, v, h);
+    }
+    if r.runs.len() > 1 {
+        let _ = writeln!(out, "\nSummary (medians)");
+        let _ = writeln!(
+            out,
+            "  {:<14} {:>14} {:>12} {:>18}",
+            "variant", "skew cycles", "skew ns", "CPU 0 exit cycles"
+        );
+        for v in &r.runs {
+            let med = |s: &Option<Summary>| s.as_ref().map_or(f64::NAN, |s| s.median);
+            let ns = h
+                .tsc_khz
+                .map_or(f64::NAN, |k| cycles_to_ns(med(&v.summary.skew_cycles), k));
+            let _ = writeln!(
+                out,
+                "  {:<14} {:>14} {:>12} {:>18}",
+                v.variant,
+                fmt_num(med(&v.summary.skew_cycles)),
+                fmt_num(ns),
+                fmt_num(med(&v.summary.cpu0_exit_latency_cycles))
+            );
+        }
+    }
+    if h.kvm_flavor == KvmFlavor::Pvm {
+        let _ = writeln!(
+            out,
+            "\nOn PVM the guest's ring-0 code is emulated instruction by instruction (~100x \
+             slower than hardware):\nthe skews and exit times are those of this emulation, not \
+             of a real CPU."
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_get_thousands_separators() {
+        assert_eq!(fmt_num(1234567.0), "1,234,567");
+        assert_eq!(fmt_num(-1000.0), "-1,000");
+        assert_eq!(fmt_num(999.4), "999");
+        assert_eq!(fmt_num(f64::NAN), "-");
+    }
+
+    #[test]
+    fn the_verdict_says_what_the_data_says() {
+        assert!(honoured_text(Some(false), KvmFlavor::Pvm).contains("PVM"));
+        assert!(honoured_text(Some(true), KvmFlavor::Vmx).starts_with("Yes"));
+        assert!(honoured_text(None, KvmFlavor::Svm).starts_with("Undetermined"));
+    }
+}

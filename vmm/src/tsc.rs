@@ -1,0 +1,209 @@
+//! Reading a vCPU's TSC state back through KVM, while it is outside KVM_RUN.
+//!
+//! Per vCPU: IA32_TSC_ADJUST (KVM_GET_MSRS), IA32_TSC bracketed by host TSC
+//! reads (an error bar), the KVM_VCPU_TSC_OFFSET attribute (Linux >= 5.16) and
+//! KVM_GET_TSC_KHZ.
+
+use std::fmt;
+
+use kvm_bindings::{kvm_device_attr, kvm_msr_entry, Msrs};
+use kvm_ioctls::VcpuFd;
+use serde::Serialize;
+use vmm_sys_util::errno;
+use vmm_sys_util::ioctl::ioctl_with_ref;
+
+use crate::arch::x86_64::{MSR_IA32_TSC, MSR_IA32_TSC_ADJUST};
+
+/// The raw ioctls kvm-ioctls 0.25 wraps only on aarch64.
+mod ioctls {
+    #![allow(missing_docs)]
+    use kvm_bindings::kvm_device_attr;
+    use vmm_sys_util::ioctl_iow_nr;
+
+    const KVMIO: u32 = 0xAE;
+    ioctl_iow_nr!(KVM_GET_DEVICE_ATTR, KVMIO, 0xe2, kvm_device_attr);
+    ioctl_iow_nr!(KVM_HAS_DEVICE_ATTR, KVMIO, 0xe3, kvm_device_attr);
+}
+use ioctls::{KVM_GET_DEVICE_ATTR, KVM_HAS_DEVICE_ATTR};
+
+/// vCPU attribute group KVM_VCPU_TSC_CTRL.
+pub const KVM_VCPU_TSC_CTRL: u32 = 0;
+/// Attribute KVM_VCPU_TSC_OFFSET in that group.
+pub const KVM_VCPU_TSC_OFFSET: u64 = 0;
+
+/// A failed readback.
+#[derive(Debug)]
+pub enum TscError {
+    /// KVM_GET_MSRS failed or returned fewer MSRs than asked for.
+    GetMsrs(String),
+    /// KVM_GET_DEVICE_ATTR(KVM_VCPU_TSC_OFFSET) failed although it is supported.
+    GetOffset(errno::Error),
+    /// KVM_GET_TSC_KHZ failed.
+    GetTscKhz(String),
+}
+
+impl fmt::Display for TscError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TscError::GetMsrs(e) => write!(f, "KVM_GET_MSRS: {e}"),
+            TscError::GetOffset(e) => write!(f, "KVM_GET_DEVICE_ATTR(KVM_VCPU_TSC_OFFSET): {e}"),
+            TscError::GetTscKhz(e) => write!(f, "KVM_GET_TSC_KHZ: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for TscError {}
+
+/// One vCPU's TSC state as KVM reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TscState {
+    /// IA32_TSC_ADJUST.
+    pub adjust: u64,
+    /// IA32_TSC, as of the moment of the ioctl.
+    pub tsc: u64,
+    /// Host TSC just before reading IA32_TSC.
+    pub host_before: u64,
+    /// Host TSC just after.
+    pub host_after: u64,
+    /// The vCPU's TSC offset (KVM_VCPU_TSC_OFFSET), when KVM has the attribute.
+    pub offset: Option<u64>,
+    /// The vCPU's TSC frequency in kHz.
+    pub tsc_khz: u32,
+}
+
+impl TscState {
+    /// The vCPU's TSC offset estimated from the bracketed read: guest TSC minus
+    /// the bracket's midpoint (wrapping, as offsets are).
+    pub fn estimated_offset(&self) -> u64 {
+        let mid = self.host_before / 2 + self.host_after / 2 + (self.host_before & self.host_after & 1);
+        self.tsc.wrapping_sub(mid)
+    }
+
+    /// Half the bracket's width: the estimate's error bar, in cycles.
+    pub fn estimate_error(&self) -> u64 {
+        self.host_after.wrapping_sub(self.host_before).div_ceil(2)
+    }
+}
+
+/// The host's TSC, ordered against earlier loads.
+pub fn host_rdtsc() -> u64 {
+    // SAFETY: lfence and rdtsc are available on every x86-64 CPU and have no
+    // memory effects.
+    unsafe {
+        core::arch::x86_64::_mm_lfence();
+        core::arch::x86_64::_rdtsc()
+    }
+}
+
+fn attr(addr: u64) -> kvm_device_attr {
+    kvm_device_attr {
+        flags: 0,
+        group: KVM_VCPU_TSC_CTRL,
+        attr: KVM_VCPU_TSC_OFFSET,
+        addr,
+    }
+}
+
+/// Whether this vCPU has the KVM_VCPU_TSC_OFFSET attribute (Linux >= 5.16).
+pub fn has_offset_attr(vcpu: &VcpuFd) -> bool {
+    let a = attr(0);
+    // SAFETY: KVM_HAS_DEVICE_ATTR only reads the attribute struct, which lives
+    // for the whole call; the fd is a vCPU fd.
+    let ret = unsafe { ioctl_with_ref(vcpu, KVM_HAS_DEVICE_ATTR(), &a) };
+    ret == 0
+}
+
+/// The vCPU's TSC offset through KVM_GET_DEVICE_ATTR.
+pub fn get_offset(vcpu: &VcpuFd) -> Result<u64, TscError> {
+    let mut value: u64 = 0;
+    let a = attr(&mut value as *mut u64 as u64);
+    // SAFETY: KVM writes 8 bytes to `addr`, which points at `value`, alive and
+    // writable for the whole call.
+    let ret = unsafe { ioctl_with_ref(vcpu, KVM_GET_DEVICE_ATTR(), &a) };
+    if ret != 0 {
+        return Err(TscError::GetOffset(errno::Error::last()));
+    }
+    Ok(value)
+}
+
+fn get_msr(vcpu: &VcpuFd, index: u32) -> Result<u64, TscError> {
+    let mut msrs = Msrs::from_entries(&[kvm_msr_entry {
+        index,
+        ..Default::default()
+    }])
+    .map_err(|e| TscError::GetMsrs(format!("{e:?}")))?;
+    let n = vcpu
+        .get_msrs(&mut msrs)
+        .map_err(|e| TscError::GetMsrs(e.to_string()))?;
+    if n != 1 {
+        return Err(TscError::GetMsrs(format!(
+            "MSR {index:#x} not returned (KVM processed {n} of 1)"
+        )));
+    }
+    Ok(msrs.as_slice()[0].data)
+}
+
+/// Reads IA32_TSC_ADJUST only.
+pub fn read_adjust(vcpu: &VcpuFd) -> Result<u64, TscError> {
+    get_msr(vcpu, MSR_IA32_TSC_ADJUST)
+}
+
+/// Reads everything; `with_offset` says whether the offset attribute exists.
+pub fn read(vcpu: &VcpuFd, with_offset: bool) -> Result<TscState, TscError> {
+    let adjust = get_msr(vcpu, MSR_IA32_TSC_ADJUST)?;
+    let host_before = host_rdtsc();
+    let tsc = get_msr(vcpu, MSR_IA32_TSC)?;
+    let host_after = host_rdtsc();
+    let offset = if with_offset {
+        Some(get_offset(vcpu)?)
+    } else {
+        None
+    };
+    let tsc_khz = vcpu
+        .get_tsc_khz()
+        .map_err(|e| TscError::GetTscKhz(e.to_string()))?;
+    Ok(TscState {
+        adjust,
+        tsc,
+        host_before,
+        host_after,
+        offset,
+        tsc_khz,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ioctl_numbers_match_the_kernel_headers() {
+        // _IOW(0xAE, 0xe2/0xe3, struct kvm_device_attr) with a 24-byte struct.
+        assert_eq!(std::mem::size_of::<kvm_device_attr>(), 24);
+        assert_eq!(KVM_GET_DEVICE_ATTR(), 0x4018_aee2);
+        assert_eq!(KVM_HAS_DEVICE_ATTR(), 0x4018_aee3);
+    }
+
+    #[test]
+    fn the_bracket_estimate_uses_the_midpoint() {
+        let s = TscState {
+            tsc: 1_000_500,
+            host_before: 1_000,
+            host_after: 2_000,
+            ..Default::default()
+        };
+        assert_eq!(s.estimated_offset(), 999_000);
+        assert_eq!(s.estimate_error(), 500);
+    }
+
+    #[test]
+    fn the_bracket_estimate_wraps_like_an_offset() {
+        let s = TscState {
+            tsc: 100,
+            host_before: u64::MAX - 1,
+            host_after: u64::MAX - 1,
+            ..Default::default()
+        };
+        assert_eq!(s.estimated_offset() as i64, 102);
+    }
+}

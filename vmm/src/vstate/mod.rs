@@ -1,0 +1,4 @@
+//! The VM and its vCPUs.
+
+pub mod vcpu;
+pub mod vm;

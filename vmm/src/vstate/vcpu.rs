@@ -1,0 +1,542 @@
+//! One host thread per vCPU: the KVM_RUN loop, exit handling, readback, and
+//! race-free stopping.
+//!
+//! A vCPU thread does what the coordinator tells it ([`Command`]) and answers
+//! with [`Event`]s. It runs the guest until the guest reports the end of a
+//! round (then it is parked outside KVM_RUN until told otherwise), reads its
+//! own TSC state back on request, and turns every exit it does not expect
+//! into an error naming the vCPU, the exit and the registers.
+//!
+//! Stopping: [`Kicker::kick`] sets a flag, sets `immediate_exit` in the vCPU's
+//! `kvm_run` and signals the thread. A thread about to enter KVM_RUN then
+//! returns at once with EINTR, one inside it is interrupted by the signal, one
+//! outside it sees the flag: no window in which a kick is lost.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Once};
+use std::thread::JoinHandle;
+
+use kvm_bindings::{kvm_regs, kvm_run};
+use kvm_ioctls::{VcpuExit, VcpuFd};
+use tsc_contract::{ports, PanicCode};
+use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
+
+use crate::tsc::{self, TscError, TscState};
+
+/// What the coordinator tells a vCPU thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Run the guest until it reports the next round, or the end.
+    Run,
+    /// Read this vCPU's TSC state back (the vCPU is parked).
+    Readback,
+    /// Read IA32_TSC_ADJUST only.
+    ReadAdjust,
+    /// Leave the thread.
+    Stop,
+}
+
+/// What a vCPU thread reports.
+#[derive(Debug)]
+pub enum Event {
+    /// The guest finished round `round` and is parked.
+    RoundDone {
+        /// The vCPU.
+        vcpu: u32,
+        /// The round the guest reported.
+        round: u32,
+    },
+    /// The guest finished every round and halted.
+    Finished {
+        /// The vCPU.
+        vcpu: u32,
+    },
+    /// The answer to [`Command::Readback`].
+    Readback {
+        /// The vCPU.
+        vcpu: u32,
+        /// Its state, or why it could not be read.
+        state: Result<TscState, TscError>,
+    },
+    /// The answer to [`Command::ReadAdjust`].
+    Adjust {
+        /// The vCPU.
+        vcpu: u32,
+        /// IA32_TSC_ADJUST, or why it could not be read.
+        value: Result<u64, TscError>,
+    },
+    /// The vCPU stopped with an error; the thread has ended.
+    Failed {
+        /// The vCPU.
+        vcpu: u32,
+        /// What happened.
+        error: VcpuError,
+    },
+    /// The vCPU was kicked out of the guest; the thread has ended.
+    Stopped {
+        /// The vCPU.
+        vcpu: u32,
+    },
+}
+
+/// The general-purpose registers that matter for a diagnosis.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RegsSnapshot {
+    /// rip.
+    pub rip: u64,
+    /// rsp.
+    pub rsp: u64,
+    /// rax.
+    pub rax: u64,
+    /// rbx.
+    pub rbx: u64,
+    /// rcx.
+    pub rcx: u64,
+    /// rdx.
+    pub rdx: u64,
+    /// rflags.
+    pub rflags: u64,
+}
+
+impl From<kvm_regs> for RegsSnapshot {
+    fn from(r: kvm_regs) -> Self {
+        RegsSnapshot {
+            rip: r.rip,
+            rsp: r.rsp,
+            rax: r.rax,
+            rbx: r.rbx,
+            rcx: r.rcx,
+            rdx: r.rdx,
+            rflags: r.rflags,
+        }
+    }
+}
+
+impl fmt::Display for RegsSnapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rip={:#x} rsp={:#x} rax={:#x} rbx={:#x} rcx={:#x} rdx={:#x} rflags={:#x}",
+            self.rip, self.rsp, self.rax, self.rbx, self.rcx, self.rdx, self.rflags
+        )
+    }
+}
+
+/// Why a vCPU stopped running the guest.
+#[derive(Debug)]
+pub enum VcpuError {
+    /// The guest triple-faulted (KVM_EXIT_SHUTDOWN).
+    TripleFault(Option<RegsSnapshot>),
+    /// KVM could not emulate something (KVM_EXIT_INTERNAL_ERROR).
+    InternalError {
+        /// KVM's suberror (1 = emulation failure, e.g. an SSE instruction on PVM).
+        suberror: u32,
+        /// Registers.
+        regs: Option<RegsSnapshot>,
+    },
+    /// The CPU refused to enter the guest (KVM_EXIT_FAIL_ENTRY).
+    FailEntry {
+        /// hardware_entry_failure_reason.
+        reason: u64,
+        /// Registers.
+        regs: Option<RegsSnapshot>,
+    },
+    /// The guest reported a panic; `text` is what it wrote to the console.
+    GuestPanic {
+        /// The raw code.
+        code: u32,
+        /// The console text.
+        text: String,
+    },
+    /// A CPU exception reached the guest's IDT.
+    GuestException {
+        /// The vector.
+        vector: u32,
+        /// The faulting RIP.
+        rip: u64,
+        /// The error code (0 when the exception has none).
+        error_code: u64,
+    },
+    /// An exit the guest never makes on purpose.
+    UnexpectedExit {
+        /// The exit, described.
+        exit: String,
+        /// Registers.
+        regs: Option<RegsSnapshot>,
+    },
+    /// The guest halted before reporting it had finished.
+    EarlyHalt(Option<RegsSnapshot>),
+    /// KVM_RUN failed.
+    Run(kvm_ioctls::Error),
+}
+
+fn regs_suffix(regs: &Option<RegsSnapshot>) -> String {
+    match regs {
+        Some(r) => format!(" ({r})"),
+        None => String::new(),
+    }
+}
+
+impl fmt::Display for VcpuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VcpuError::TripleFault(r) => {
+                write!(f, "triple fault (KVM_EXIT_SHUTDOWN){}", regs_suffix(r))
+            }
+            VcpuError::InternalError { suberror, regs } => {
+                let what = if *suberror == 1 {
+                    " (emulation failure: an instruction KVM cannot emulate, e.g. SSE/x87 on PVM)"
+                } else {
+                    ""
+                };
+                write!(
+                    f,
+                    "KVM internal error, suberror {suberror}{what}{}",
+                    regs_suffix(regs)
+                )
+            }
+            VcpuError::FailEntry { reason, regs } => write!(
+                f,
+                "entry into the guest failed, hardware reason {reason:#x}{}",
+                regs_suffix(regs)
+            ),
+            VcpuError::GuestPanic { code, text } => {
+                let what = PanicCode::from_raw(*code)
+                    .map(PanicCode::describe)
+                    .unwrap_or("the guest reported an unknown panic code");
+                write!(f, "{what} (code {code})")?;
+                if !text.is_empty() {
+                    write!(f, ": {text}")?;
+                }
+                Ok(())
+            }
+            VcpuError::GuestException {
+                vector,
+                rip,
+                error_code,
+            } => write!(
+                f,
+                "CPU exception {} (vector {vector}) at rip={rip:#x}, error code {error_code:#x}",
+                exception_name(*vector)
+            ),
+            VcpuError::UnexpectedExit { exit, regs } => {
+                write!(f, "unexpected exit: {exit}{}", regs_suffix(regs))
+            }
+            VcpuError::EarlyHalt(r) => write!(
+                f,
+                "the guest halted before finishing its rounds{}",
+                regs_suffix(r)
+            ),
+            VcpuError::Run(e) => write!(f, "KVM_RUN failed: {e}"),
+        }
+    }
+}
+
+fn exception_name(vector: u32) -> &'static str {
+    const NAMES: [&str; 21] = [
+        "#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "CSO", "#TS", "#NP", "#SS",
+        "#GP", "#PF", "reserved", "#MF", "#AC", "#MC", "#XM", "#VE",
+    ];
+    NAMES.get(vector as usize).copied().unwrap_or("(reserved)")
+}
+
+/// Stops one vCPU thread from another thread.
+pub struct Kicker {
+    stop: Arc<AtomicBool>,
+    run: *mut kvm_run,
+}
+
+// SAFETY: the `kvm_run` pointer refers to the vCPU's shared mmap, which lives
+// as long as the VcpuFd. The vCPU thread hands its VcpuFd back when it ends
+// (it is the thread's return value), so the mapping outlives the thread and
+// stays valid until the runner has joined it; the runner drops Kickers only
+// after that. Only the one-byte `immediate_exit` field is written through it,
+// which KVM reads at KVM_RUN entry.
+unsafe impl Send for Kicker {}
+// SAFETY: as above; concurrent volatile byte stores of the same value are
+// benign.
+unsafe impl Sync for Kicker {}
+
+/// The real-time signal used to kick vCPU threads out of KVM_RUN.
+pub fn kick_signal() -> i32 {
+    SIGRTMIN() + 1
+}
+
+extern "C" fn on_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
+
+/// Installs the (empty) kick handler once per process: the signal's only job
+/// is to interrupt KVM_RUN.
+pub fn install_kick_handler() -> Result<(), vmm_sys_util::errno::Error> {
+    static ONCE: Once = Once::new();
+    let mut result = Ok(());
+    ONCE.call_once(|| {
+        result = register_signal_handler(kick_signal(), on_kick);
+    });
+    result
+}
+
+impl Kicker {
+    /// Asks the vCPU thread to stop and kicks it out of KVM_RUN.
+    pub fn kick<T>(&self, thread: &JoinHandle<T>) {
+        self.stop.store(true, Ordering::SeqCst);
+        // SAFETY: see the Send impl: the mmap is alive while the thread is
+        // (the caller holds its JoinHandle, not yet joined).
+        unsafe { std::ptr::addr_of_mut!((*self.run).immediate_exit).write_volatile(1) };
+        // A failure means the thread has already exited: nothing to kick.
+        let _ = thread.kill(kick_signal());
+    }
+}
+
+/// A vCPU thread's state.
+pub struct VcpuThread {
+    index: u32,
+    fd: VcpuFd,
+    commands: Receiver<Command>,
+    events: Sender<Event>,
+    stop: Arc<AtomicBool>,
+    with_offset: bool,
+    console: Vec<u8>,
+    done_reported: bool,
+}
+
+/// Most console bytes kept per vCPU (the rest is dropped, with a note).
+const CONSOLE_LIMIT: usize = 4096;
+
+enum Outcome {
+    Park(Event),
+    End(Event),
+}
+
+impl VcpuThread {
+    /// Prepares vCPU `index`'s thread; returns it and its kicker.
+    pub fn new(
+        index: u32,
+        mut fd: VcpuFd,
+        commands: Receiver<Command>,
+        events: Sender<Event>,
+        with_offset: bool,
+    ) -> (VcpuThread, Kicker) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let kicker = Kicker {
+            stop: stop.clone(),
+            run: fd.get_kvm_run() as *mut kvm_run,
+        };
+        (
+            VcpuThread {
+                index,
+                fd,
+                commands,
+                events,
+                stop,
+                with_offset,
+                console: Vec::new(),
+                done_reported: false,
+            },
+            kicker,
+        )
+    }
+
+    /// The thread's body: obey commands until told to stop or the guest ends.
+    /// Returns the vCPU fd, so that its `kvm_run` mapping outlives the thread.
+    pub fn run(mut self) -> VcpuFd {
+        while let Ok(cmd) = self.commands.recv() {
+            let (event, end) = match cmd {
+                Command::Stop => break,
+                Command::Readback => (
+                    Event::Readback {
+                        vcpu: self.index,
+                        state: tsc::read(&self.fd, self.with_offset),
+                    },
+                    false,
+                ),
+                Command::ReadAdjust => (
+                    Event::Adjust {
+                        vcpu: self.index,
+                        value: tsc::read_adjust(&self.fd),
+                    },
+                    false,
+                ),
+                Command::Run => match self.run_guest() {
+                    Outcome::Park(e) => (e, false),
+                    Outcome::End(e) => (e, true),
+                },
+            };
+            if self.events.send(event).is_err() || end {
+                break;
+            }
+        }
+        self.fd
+    }
+
+    fn regs(&self) -> Option<RegsSnapshot> {
+        self.fd.get_regs().ok().map(RegsSnapshot::from)
+    }
+
+    fn fail(&self, error: VcpuError) -> Outcome {
+        Outcome::End(Event::Failed {
+            vcpu: self.index,
+            error,
+        })
+    }
+
+    fn console_text(&self) -> String {
+        String::from_utf8_lossy(&self.console)
+            .chars()
+            .map(|c| if c.is_control() && c != '\n' { '?' } else { c })
+            .collect::<String>()
+            .trim()
+            .to_string()
+    }
+
+    fn console_byte(&mut self, b: u8) {
+        if b == b'\n' {
+            if let Some(start) = self.console.iter().rposition(|&c| c == b'\n') {
+                let line = String::from_utf8_lossy(&self.console[start + 1..]).into_owned();
+                log::info!("guest vCPU {}: {}", self.index, line);
+            } else {
+                log::info!("guest vCPU {}: {}", self.index, self.console_text());
+            }
+        }
+        if self.console.len() < CONSOLE_LIMIT {
+            self.console.push(b);
+        }
+    }
+
+    fn run_guest(&mut self) -> Outcome {
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                return Outcome::End(Event::Stopped { vcpu: self.index });
+            }
+            let exit = match self.fd.run() {
+                Ok(exit) => exit,
+                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                    self.fd.set_kvm_immediate_exit(0);
+                    continue;
+                }
+                Err(e) => return self.fail(VcpuError::Run(e)),
+            };
+            // Copy out what the exit says, so the borrow of the vCPU ends here.
+            let io_out = match exit {
+                VcpuExit::IoOut(port, data) => {
+                    let mut v = [0u8; 4];
+                    let n = data.len().min(4);
+                    v[..n].copy_from_slice(&data[..n]);
+                    Ok((port, data.len(), u32::from_le_bytes(v)))
+                }
+                VcpuExit::Hlt => Err(ExitKind::Hlt),
+                VcpuExit::Shutdown => Err(ExitKind::Shutdown),
+                VcpuExit::InternalError => Err(ExitKind::Internal),
+                VcpuExit::FailEntry(reason, _) => Err(ExitKind::FailEntry(reason)),
+                VcpuExit::Intr => Err(ExitKind::Intr),
+                VcpuExit::IoIn(port, data) => Err(ExitKind::Other(format!(
+                    "port read from {port:#x} ({} bytes)",
+                    data.len()
+                ))),
+                VcpuExit::MmioRead(addr, data) => Err(ExitKind::Other(format!(
+                    "MMIO read at {addr:#x} ({} bytes): outside guest memory",
+                    data.len()
+                ))),
+                VcpuExit::MmioWrite(addr, data) => Err(ExitKind::Other(format!(
+                    "MMIO write at {addr:#x} ({} bytes): outside guest memory",
+                    data.len()
+                ))),
+                other => Err(ExitKind::Other(format!("{other:?}"))),
+            };
+            match io_out {
+                Ok((port, len, value)) => {
+                    if let Some(outcome) = self.handle_out(port, len, value) {
+                        return outcome;
+                    }
+                }
+                Err(ExitKind::Hlt) => {
+                    if self.done_reported {
+                        return Outcome::End(Event::Finished { vcpu: self.index });
+                    }
+                    let regs = self.regs();
+                    return self.fail(VcpuError::EarlyHalt(regs));
+                }
+                Err(ExitKind::Shutdown) => {
+                    let regs = self.regs();
+                    return self.fail(VcpuError::TripleFault(regs));
+                }
+                Err(ExitKind::Internal) => {
+                    // SAFETY: the exit reason is KVM_EXIT_INTERNAL_ERROR, so
+                    // `internal` is the union member KVM filled in.
+                    let suberror = unsafe { self.fd.get_kvm_run().__bindgen_anon_1.internal.suberror };
+                    let regs = self.regs();
+                    return self.fail(VcpuError::InternalError { suberror, regs });
+                }
+                Err(ExitKind::FailEntry(reason)) => {
+                    let regs = self.regs();
+                    return self.fail(VcpuError::FailEntry { reason, regs });
+                }
+                Err(ExitKind::Intr) => continue,
+                Err(ExitKind::Other(exit)) => {
+                    let regs = self.regs();
+                    return self.fail(VcpuError::UnexpectedExit { exit, regs });
+                }
+            }
+        }
+    }
+
+    /// Handles an `out`; `Some` ends this `Run`.
+    fn handle_out(&mut self, port: u16, len: usize, value: u32) -> Option<Outcome> {
+        let expected_len = if port == ports::CONSOLE { 1 } else { 4 };
+        let known = matches!(
+            port,
+            ports::CONSOLE | ports::ROUND_DONE | ports::DONE | ports::PANIC | ports::EXCEPTION
+        );
+        if !known || len != expected_len {
+            let regs = self.regs();
+            return Some(self.fail(VcpuError::UnexpectedExit {
+                exit: format!("port write to {port:#x} ({len} bytes, value {value:#x})"),
+                regs,
+            }));
+        }
+        match port {
+            ports::CONSOLE => {
+                self.console_byte(value as u8);
+                None
+            }
+            ports::ROUND_DONE => Some(Outcome::Park(Event::RoundDone {
+                vcpu: self.index,
+                round: value,
+            })),
+            ports::DONE => {
+                self.done_reported = true;
+                None
+            }
+            ports::PANIC => {
+                let text = self.console_text();
+                Some(self.fail(VcpuError::GuestPanic { code: value, text }))
+            }
+            _ => {
+                let regs = self.regs().unwrap_or_default();
+                Some(self.fail(VcpuError::GuestException {
+                    vector: value,
+                    rip: regs.rbx,
+                    error_code: regs.rcx,
+                }))
+            }
+        }
+    }
+}
+
+enum ExitKind {
+    Hlt,
+    Shutdown,
+    Internal,
+    FailEntry(u64),
+    Intr,
+    Other(String),
+}
+
+/// Spawns the thread for `thread`.
+pub fn spawn(thread: VcpuThread) -> std::io::Result<JoinHandle<VcpuFd>> {
+    std::thread::Builder::new()
+        .name(format!("vcpu{}", thread.index))
+        .stack_size(256 * 1024)
+        .spawn(move || thread.run())
+}

@@ -1,0 +1,233 @@
+//! Creating the VM: guest memory, the image, page tables, GDT, config, vCPUs.
+
+use std::fmt;
+
+use kvm_bindings::{kvm_userspace_memory_region, KVM_MAX_CPUID_ENTRIES};
+use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
+use tsc_contract::{layout, Config, Variant, CONFIG_MAGIC, CONTRACT_VERSION};
+use tsc_rendezvous_algo::SHARED_SIZE;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+
+use crate::arch::x86_64::{cpuid, gdt, paging, regs};
+use crate::guest_image::{self, ImageError};
+
+/// Why the VM could not be set up.
+#[derive(Debug)]
+pub enum VmError {
+    /// /dev/kvm could not be opened.
+    OpenKvm(kvm_ioctls::Error),
+    /// KVM lacks something this tool needs.
+    MissingCapability(&'static str),
+    /// More vCPUs than KVM or the memory layout allow.
+    TooManyVcpus {
+        /// Asked for.
+        requested: u32,
+        /// The limit.
+        limit: u32,
+        /// Whose limit it is.
+        by: &'static str,
+    },
+    /// A KVM ioctl failed.
+    Kvm(&'static str, kvm_ioctls::Error),
+    /// Guest memory could not be created or written.
+    Memory(String),
+    /// The guest image is unusable.
+    Image(ImageError),
+}
+
+impl fmt::Display for VmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VmError::OpenKvm(e) => {
+                let hint = match e.errno() {
+                    libc::ENOENT => "/dev/kvm does not exist: load the kvm module (kvm_intel or kvm_amd), or enable nested virtualisation for this VM",
+                    libc::EACCES | libc::EPERM => "no permission: add yourself to the kvm group (`sudo usermod -aG kvm $USER`, then log in again) or install a udev rule giving /dev/kvm mode 0666",
+                    _ => "check that /dev/kvm exists and is readable and writable",
+                };
+                write!(f, "cannot open /dev/kvm ({e}): {hint}")
+            }
+            VmError::MissingCapability(c) => {
+                write!(f, "this KVM lacks {c}, which tsc-rendezvous needs; use a newer kernel")
+            }
+            VmError::TooManyVcpus { requested, limit, by } => write!(
+                f,
+                "--vcpus {requested} is more than {by} allows ({limit}); use at most {limit}"
+            ),
+            VmError::Kvm(what, e) => write!(f, "{what} failed: {e}"),
+            VmError::Memory(e) => write!(f, "guest memory: {e}"),
+            VmError::Image(e) => write!(f, "guest image: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for VmError {}
+
+/// A VM with its memory set up and its vCPUs created, not yet running.
+///
+/// Fields drop in declaration order: the vCPU and VM fds before the memory
+/// they map, so KVM never holds a slot over unmapped (or reused) memory.
+pub struct Vm {
+    /// The vCPUs, index = position.
+    pub vcpus: Vec<VcpuFd>,
+    /// The VM fd.
+    pub fd: VmFd,
+    /// The KVM system fd.
+    pub kvm: Kvm,
+    /// Guest memory, identity-mapped.
+    pub mem: GuestMemoryMmap,
+    /// Whether the guest's CPUID exposes IA32_TSC_ADJUST.
+    pub guest_tsc_adjust: bool,
+}
+
+/// The most vCPUs this KVM allows.
+pub fn max_vcpus(kvm: &Kvm) -> u32 {
+    u32::try_from(kvm.get_max_vcpus()).unwrap_or(u32::MAX)
+}
+
+/// Opens /dev/kvm with a clear error.
+pub fn open_kvm() -> Result<Kvm, VmError> {
+    Kvm::new().map_err(VmError::OpenKvm)
+}
+
+impl Vm {
+    /// Creates a VM for `vcpus` vCPUs running `image`, first round `variant`.
+    pub fn new(
+        kvm: Kvm,
+        vcpus: u32,
+        rounds: u32,
+        variant: Variant,
+        image: &[u8],
+    ) -> Result<Vm, VmError> {
+        for (cap, name) in [
+            (Cap::UserMemory, "KVM_CAP_USER_MEMORY"),
+            (Cap::ExtCpuid, "KVM_CAP_EXT_CPUID"),
+            (Cap::GetTscKhz, "KVM_CAP_GET_TSC_KHZ"),
+            (Cap::ImmediateExit, "KVM_CAP_IMMEDIATE_EXIT"),
+        ] {
+            if !kvm.check_extension(cap) {
+                return Err(VmError::MissingCapability(name));
+            }
+        }
+        if vcpus > layout::MAX_VCPUS {
+            return Err(VmError::TooManyVcpus {
+                requested: vcpus,
+                limit: layout::MAX_VCPUS,
+                by: "the guest memory layout",
+            });
+        }
+        let kvm_limit = max_vcpus(&kvm);
+        if vcpus > kvm_limit {
+            return Err(VmError::TooManyVcpus {
+                requested: vcpus,
+                limit: kvm_limit,
+                by: "this KVM (KVM_CAP_MAX_VCPUS)",
+            });
+        }
+
+        let fd = kvm.create_vm().map_err(|e| VmError::Kvm("KVM_CREATE_VM", e))?;
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), layout::MEM_SIZE as usize)])
+            .map_err(|e| VmError::Memory(e.to_string()))?;
+        for (slot, region) in mem.iter().enumerate() {
+            let host = mem
+                .get_host_address(region.start_addr())
+                .map_err(|e| VmError::Memory(e.to_string()))?;
+            let r = kvm_userspace_memory_region {
+                slot: slot as u32,
+                flags: 0,
+                guest_phys_addr: region.start_addr().0,
+                memory_size: region.len(),
+                userspace_addr: host as u64,
+            };
+            // SAFETY: the region is a live mmap owned by `mem`; Vm drops its
+            // vCPU and VM fds before `mem`, and the runner joins the vCPU
+            // threads (which own the vCPU fds) before dropping its clone.
+            unsafe { fd.set_user_memory_region(r) }
+                .map_err(|e| VmError::Kvm("KVM_SET_USER_MEMORY_REGION", e))?;
+        }
+
+        let entry = guest_image::load(&mem, image).map_err(VmError::Image)?;
+        write_tables(&mem)?;
+        let config = Config {
+            magic: CONFIG_MAGIC,
+            version: CONTRACT_VERSION,
+            vcpus,
+            rounds,
+            variant: variant as u32,
+            flags: 0,
+        };
+        write_config(&mem, &config)?;
+        reset_rendezvous(&mem)?;
+
+        let base_cpuid = kvm
+            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+            .map_err(|e| VmError::Kvm("KVM_GET_SUPPORTED_CPUID", e))?;
+        let guest_tsc_adjust = cpuid::has_tsc_adjust(&base_cpuid);
+        let mut vcpu_fds = Vec::with_capacity(vcpus as usize);
+        for index in 0..vcpus {
+            let vcpu = fd
+                .create_vcpu(u64::from(index))
+                .map_err(|e| VmError::Kvm("KVM_CREATE_VCPU", e))?;
+            let mut c = base_cpuid.clone();
+            cpuid::set_apic_id(&mut c, index);
+            vcpu.set_cpuid2(&c)
+                .map_err(|e| VmError::Kvm("KVM_SET_CPUID2", e))?;
+            let sregs = vcpu
+                .get_sregs()
+                .map_err(|e| VmError::Kvm("KVM_GET_SREGS", e))?;
+            vcpu.set_sregs(&regs::long_mode_sregs(sregs))
+                .map_err(|e| VmError::Kvm("KVM_SET_SREGS", e))?;
+            vcpu.set_regs(&regs::entry_regs(entry, index))
+                .map_err(|e| VmError::Kvm("KVM_SET_REGS", e))?;
+            vcpu_fds.push(vcpu);
+        }
+        Ok(Vm {
+            kvm,
+            fd,
+            mem,
+            vcpus: vcpu_fds,
+            guest_tsc_adjust,
+        })
+    }
+}
+
+fn mem_err(e: impl fmt::Display) -> VmError {
+    VmError::Memory(e.to_string())
+}
+
+fn write_tables(mem: &GuestMemoryMmap) -> Result<(), VmError> {
+    let t = paging::identity_tables(layout::PDPT, layout::PD);
+    write_u64s(mem, &t.pml4, layout::PML4)?;
+    write_u64s(mem, &t.pdpt, layout::PDPT)?;
+    write_u64s(mem, &t.pd, layout::PD)?;
+    write_u64s(mem, &gdt::GDT, layout::GDT)
+}
+
+fn write_u64s(mem: &GuestMemoryMmap, words: &[u64], addr: u64) -> Result<(), VmError> {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    mem.write_slice(&bytes, GuestAddress(addr)).map_err(mem_err)
+}
+
+/// Writes the config the guest reads.
+pub fn write_config(mem: &GuestMemoryMmap, c: &Config) -> Result<(), VmError> {
+    let words = [c.magic, c.version, c.vcpus, c.rounds, c.variant, c.flags];
+    mem.write_obj(words, GuestAddress(layout::CONFIG)).map_err(mem_err)
+}
+
+/// Sets the variant of the next round (all vCPUs must be parked).
+pub fn set_variant(mem: &GuestMemoryMmap, variant: Variant) -> Result<(), VmError> {
+    let offset = std::mem::offset_of!(Config, variant) as u64;
+    mem.write_obj(variant as u32, GuestAddress(layout::CONFIG + offset))
+        .map_err(mem_err)
+}
+
+/// Zeroes the rendezvous' shared state: Xen starts every calibration with a
+/// fresh one (all vCPUs must be parked).
+pub fn reset_rendezvous(mem: &GuestMemoryMmap) -> Result<(), VmError> {
+    mem.write_slice(&[0u8; SHARED_SIZE], GuestAddress(layout::RENDEZVOUS))
+        .map_err(mem_err)
+}
+
+/// Reads the rendezvous semaphore (for diagnostics).
+pub fn read_semaphore(mem: &GuestMemoryMmap) -> Option<u32> {
+    mem.read_obj(GuestAddress(layout::RENDEZVOUS)).ok()
+}
