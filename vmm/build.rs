@@ -7,7 +7,10 @@ use std::process::Command;
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
-    let root = manifest_dir.parent().expect("vmm/ has a parent").to_path_buf();
+    let root = manifest_dir
+        .parent()
+        .expect("vmm/ has a parent")
+        .to_path_buf();
     let guest_dir = root.join("guest");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets it"));
     let target_dir = out_dir.join("guest-target");
@@ -47,7 +50,10 @@ fn main() {
         .status()
         .unwrap_or_else(|e| panic!("could not run cargo to build the guest: {e}"));
     if !status.success() {
-        panic!("building the guest in {} failed: {status}", guest_dir.display());
+        panic!(
+            "building the guest in {} failed: {status}",
+            guest_dir.display()
+        );
     }
     let elf = target_dir.join("release").join("tsc-guest");
     println!("cargo:rustc-env=TSC_GUEST_ELF={}", elf.display());

@@ -61,7 +61,7 @@ pub mod layout {
     const _: () = assert!(record(MAX_VCPUS) <= IMAGE);
     const _: () = assert!(RECORDS >= RENDEZVOUS + 0x1000);
     const _: () = assert!(IMAGE_END <= STACKS);
-    const _: () = assert!(STACK_SIZE % 16 == 0);
+    const _: () = assert!(STACK_SIZE.is_multiple_of(16));
 }
 
 /// I/O ports the guest writes to. Every access is an `out` of the size stated;
@@ -394,7 +394,10 @@ mod tests {
     #[test]
     fn short_input_is_rejected() {
         let r = sample();
-        assert_eq!(RoundRecord::from_bytes(&to_bytes(&r)[..RECORD_SIZE - 1]), None);
+        assert_eq!(
+            RoundRecord::from_bytes(&to_bytes(&r)[..RECORD_SIZE - 1]),
+            None
+        );
     }
 
     #[test]
@@ -419,7 +422,10 @@ mod tests {
         let bad = RoundRecord { magic: 0, ..ok };
         assert_eq!(bad.validate(3, 7, 3), Err(RecordError::BadMagic(0)));
         let bad = RoundRecord { flags: 0x80, ..ok };
-        assert!(matches!(bad.validate(3, 7, 3), Err(RecordError::BadFlags(_))));
+        assert!(matches!(
+            bad.validate(3, 7, 3),
+            Err(RecordError::BadFlags(_))
+        ));
         let bad = RoundRecord { written: 999, ..ok };
         assert_eq!(bad.validate(3, 7, 3), Err(RecordError::WrittenBelowFirst));
         let bad = RoundRecord {

@@ -72,7 +72,9 @@ pub fn has_tsc_adjust() -> bool {
 #[inline(always)]
 pub fn out32(port: u16, value: u32) {
     // SAFETY: port I/O to the VMM; it has no effect on guest memory.
-    unsafe { asm!("out dx, eax", in("dx") port, in("eax") value, options(nostack, preserves_flags)) };
+    unsafe {
+        asm!("out dx, eax", in("dx") port, in("eax") value, options(nostack, preserves_flags))
+    };
 }
 
 /// `out dx, al`.

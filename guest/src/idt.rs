@@ -57,9 +57,10 @@ struct IdtPointer {
 /// Fills the IDT (every vCPU writes the same bytes) and loads it.
 pub fn install() {
     let idt = layout::IDT as *mut [u64; 2];
-    for v in 0..VECTORS {
-        // SAFETY: the table is defined above with VECTORS entries.
-        let handler = unsafe { core::ptr::addr_of!(exc_stub_table[v]).read() };
+    // SAFETY: the table is defined in the assembly above with VECTORS entries
+    // and never written.
+    let table: [u64; VECTORS] = unsafe { core::ptr::addr_of!(exc_stub_table).read() };
+    for (v, &handler) in table.iter().enumerate() {
         let low = (handler & 0xffff)
             | (u64::from(KERNEL_CS) << 16)
             | (0x8e << 40) // present, DPL 0, 64-bit interrupt gate

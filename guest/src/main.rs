@@ -45,10 +45,12 @@ extern "C" fn guest_main(index: u64) -> ! {
     // it between rounds.
     let config = unsafe { read_volatile(config_ptr) };
     if config.magic != CONFIG_MAGIC || config.version != CONTRACT_VERSION {
-        rt::fail(PanicCode::BadConfig, b"config magic or contract version mismatch");
+        rt::fail(
+            PanicCode::BadConfig,
+            b"config magic or contract version mismatch",
+        );
     }
-    if config.vcpus == 0 || config.vcpus > layout::MAX_VCPUS || index >= u64::from(config.vcpus)
-    {
+    if config.vcpus == 0 || config.vcpus > layout::MAX_VCPUS || index >= u64::from(config.vcpus) {
         rt::fail(PanicCode::BadConfig, b"vCPU index or count out of range");
     }
     let index = index as u32;
@@ -69,9 +71,17 @@ extern "C" fn guest_main(index: u64) -> ! {
             rt::fail(PanicCode::BadConfig, b"unknown variant in config");
         };
 
-        let adjust_before = if has_adjust { cpu::read_tsc_adjust() } else { 0 };
+        let adjust_before = if has_adjust {
+            cpu::read_tsc_adjust()
+        } else {
+            0
+        };
         let out = rendezvous(variant, shared, index, config.vcpus, &mut ops);
-        let adjust_after = if has_adjust { cpu::read_tsc_adjust() } else { 0 };
+        let adjust_after = if has_adjust {
+            cpu::read_tsc_adjust()
+        } else {
+            0
+        };
 
         let rec = RoundRecord {
             magic: RECORD_MAGIC,

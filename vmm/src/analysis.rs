@@ -270,7 +270,10 @@ pub fn analyse_round(
         }
     };
 
-    if let Some(v) = vcpus.iter().find(|v| v.written_value != vcpus[0].written_value) {
+    if let Some(v) = vcpus
+        .iter()
+        .find(|v| v.written_value != vcpus[0].written_value)
+    {
         disagreements.push(format!(
             "vCPU {} wrote {} but vCPU 0 wrote {}",
             v.id, v.written_value, vcpus[0].written_value
@@ -386,8 +389,14 @@ mod tests {
 
     #[test]
     fn honoured_writes_from_the_bracket_need_a_delta_above_the_error() {
-        assert_eq!(write_honoured(-10_000, None, -9_000, 2_000), (Some(true), None));
-        assert_eq!(write_honoured(-10_000, None, 500, 2_000), (Some(false), None));
+        assert_eq!(
+            write_honoured(-10_000, None, -9_000, 2_000),
+            (Some(true), None)
+        );
+        assert_eq!(
+            write_honoured(-10_000, None, 500, 2_000),
+            (Some(false), None)
+        );
         assert_eq!(write_honoured(-1_000, None, -500, 2_000), (None, None));
         assert!(write_honoured(-10_000, None, 50_000, 2_000).1.is_some());
     }
@@ -471,12 +480,22 @@ mod tests {
             VcpuSample {
                 record: record(0, v, 1_002_900, v + 500),
                 before: state(0, Some(0), 1_000_000, 1_000_000),
-                after: state(d0 as u64, Some(d0 as u64), (2_000_000 + d0) as u64, 2_000_000),
+                after: state(
+                    d0 as u64,
+                    Some(d0 as u64),
+                    (2_000_000 + d0) as u64,
+                    2_000_000,
+                ),
             },
             VcpuSample {
                 record: record(1, v, 1_009_800, v + 300),
                 before: state(0, Some(0), 1_000_000, 1_000_000),
-                after: state(d1 as u64, Some(d1 as u64), (2_000_000 + d1) as u64, 2_000_000),
+                after: state(
+                    d1 as u64,
+                    Some(d1 as u64),
+                    (2_000_000 + d1) as u64,
+                    2_000_000,
+                ),
             },
         ];
         let mut base = vec![0; 2];
@@ -497,13 +516,23 @@ mod tests {
             VcpuSample {
                 record: record(0, v, 1_002_900, v + 500),
                 before: state(0, Some(0), 1_000_000, 1_000_000),
-                after: state((-3000i64) as u64, Some((-3000i64) as u64), 1_997_000, 2_000_000),
+                after: state(
+                    (-3000i64) as u64,
+                    Some((-3000i64) as u64),
+                    1_997_000,
+                    2_000_000,
+                ),
             },
             VcpuSample {
                 record: record(1, v, 1_009_800, v + 300),
                 before: state(0, Some(0), 1_000_000, 1_000_000),
                 // The offset moved by less than TSC_ADJUST says.
-                after: state((-10_000i64) as u64, Some((-9_000i64) as u64), 1_991_000, 2_000_000),
+                after: state(
+                    (-10_000i64) as u64,
+                    Some((-9_000i64) as u64),
+                    1_991_000,
+                    2_000_000,
+                ),
             },
         ];
         let r = analyse_round(0, "xen-head", &samples, &mut [0, 0]);

@@ -182,7 +182,10 @@ mod tests {
         assert_eq!(a.variants(), Variant::ALL.to_vec());
         assert_eq!(run_args(&["run"]).variants(), Variant::ALL.to_vec());
         let d = RunArgs::default();
-        assert_eq!((d.vcpus, d.rounds, d.variant), (a.vcpus, a.rounds, a.variant));
+        assert_eq!(
+            (d.vcpus, d.rounds, d.variant),
+            (a.vcpus, a.rounds, a.variant)
+        );
     }
 
     #[test]
@@ -194,7 +197,14 @@ mod tests {
     #[test]
     fn the_issue_example_parses() {
         let a = run_args(&[
-            "run", "--vcpus", "4", "--variant", "xen-6ca022a1", "--rounds", "500", "--json",
+            "run",
+            "--vcpus",
+            "4",
+            "--variant",
+            "xen-6ca022a1",
+            "--rounds",
+            "500",
+            "--json",
         ]);
         assert_eq!((a.vcpus, a.rounds, a.json), (4, 500, true));
         assert_eq!(a.variants(), vec![Variant::Xen6ca022a1]);
@@ -202,15 +212,25 @@ mod tests {
 
     #[test]
     fn bad_values_are_rejected_with_the_fix() {
-        let e = parse(&["run", "--vcpus", "0"]).expect_err("0 vCPUs").to_string();
+        let e = parse(&["run", "--vcpus", "0"])
+            .expect_err("0 vCPUs")
+            .to_string();
         assert!(e.contains("at least one vCPU"), "{e}");
-        let e = parse(&["run", "--rounds", "0"]).expect_err("0 rounds").to_string();
+        let e = parse(&["run", "--rounds", "0"])
+            .expect_err("0 rounds")
+            .to_string();
         assert!(e.contains("at least one round"), "{e}");
-        let e = parse(&["run", "--variant", "xen-4.16"]).expect_err("unknown").to_string();
+        let e = parse(&["run", "--variant", "xen-4.16"])
+            .expect_err("unknown")
+            .to_string();
         assert!(e.contains("xen-4.15, xen-6ca022a1, xen-head"), "{e}");
-        let e = parse(&["run", "--vcpus", "100000"]).expect_err("too many").to_string();
+        let e = parse(&["run", "--vcpus", "100000"])
+            .expect_err("too many")
+            .to_string();
         assert!(e.contains("at most 512"), "{e}");
-        let e = parse(&["run", "--timeout", "-1"]).expect_err("negative").to_string();
+        let e = parse(&["run", "--timeout", "0"])
+            .expect_err("zero")
+            .to_string();
         assert!(e.contains("positive"), "{e}");
         assert!(parse(&["run", "--vcpus", "two"]).is_err());
     }

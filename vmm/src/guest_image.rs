@@ -202,8 +202,14 @@ mod tests {
 
     #[test]
     fn truncations_are_named() {
-        assert!(matches!(check(&EMBEDDED[..40]), Err(ImageError::Truncated(_))));
-        assert!(matches!(check(&EMBEDDED[..200]), Err(ImageError::Truncated(_))));
+        assert!(matches!(
+            check(&EMBEDDED[..40]),
+            Err(ImageError::Truncated(_))
+        ));
+        assert!(matches!(
+            check(&EMBEDDED[..200]),
+            Err(ImageError::Truncated(_))
+        ));
     }
 
     #[test]

@@ -51,7 +51,12 @@ fn run(args: &RunArgs) -> ExitCode {
             timeout: args.timeout(),
             image: image.clone(),
         };
-        log::info!("running {} on {} vCPUs, {} rounds", variant.name(), args.vcpus, args.rounds);
+        log::info!(
+            "running {} on {} vCPUs, {} rounds",
+            variant.name(),
+            args.vcpus,
+            args.rounds
+        );
         match runner::run(&opts) {
             Ok(out) => {
                 host.get_or_insert_with(|| out.host.clone());
@@ -94,7 +99,11 @@ fn run(args: &RunArgs) -> ExitCode {
         report::render_text(&report)
     };
     let mut stdout = std::io::stdout().lock();
-    if stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush()).is_err() {
+    if stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+        .is_err()
+    {
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS

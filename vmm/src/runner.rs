@@ -304,8 +304,15 @@ fn read_record(mem: &GuestMemoryMmap, vcpu: u32) -> Option<RoundRecord> {
 pub fn run(opts: &RunOptions) -> Result<RunOutput, Failure> {
     let n = opts.vcpus;
     let rounds = u32::try_from(opts.schedule.len()).unwrap_or(u32::MAX);
-    let first = opts.schedule.first().copied().unwrap_or(Variant::Xen6ca022a1);
-    let image = opts.image.as_deref().unwrap_or(crate::guest_image::EMBEDDED);
+    let first = opts
+        .schedule
+        .first()
+        .copied()
+        .unwrap_or(Variant::Xen6ca022a1);
+    let image = opts
+        .image
+        .as_deref()
+        .unwrap_or(crate::guest_image::EMBEDDED);
     let kvm = vm::open_kvm().map_err(|e| fail(RunError::Vm(e)))?;
     let mut machine = Vm::new(kvm, n, rounds, first, image).map_err(|e| fail(RunError::Vm(e)))?;
     vcpu::install_kick_handler().map_err(|e| fail(RunError::Signal(e.to_string())))?;
@@ -339,7 +346,15 @@ pub fn run(opts: &RunOptions) -> Result<RunOutput, Failure> {
     drop(event_tx);
 
     let mut completed = Vec::new();
-    let result = drive(&threads, &mem, n, opts, with_offset, machine.guest_tsc_adjust, &mut completed);
+    let result = drive(
+        &threads,
+        &mem,
+        n,
+        opts,
+        with_offset,
+        machine.guest_tsc_adjust,
+        &mut completed,
+    );
     threads.shutdown();
     // The VM (and its memory) is dropped only now, after every vCPU thread.
     drop(machine);

@@ -75,7 +75,8 @@ impl TscState {
     /// The vCPU's TSC offset estimated from the bracketed read: guest TSC minus
     /// the bracket's midpoint (wrapping, as offsets are).
     pub fn estimated_offset(&self) -> u64 {
-        let mid = self.host_before / 2 + self.host_after / 2 + (self.host_before & self.host_after & 1);
+        let mid =
+            self.host_before / 2 + self.host_after / 2 + (self.host_before & self.host_after & 1);
         self.tsc.wrapping_sub(mid)
     }
 

@@ -111,7 +111,11 @@ pub fn summarize_run(rounds: &[RoundResult], tsc_khz: Option<u32>) -> RunSummary
         rounds_with_disagreements: disagreeing.len(),
         first_disagreements: disagreeing
             .iter()
-            .flat_map(|r| r.disagreements.iter().map(move |d| format!("round {}: {d}", r.round)))
+            .flat_map(|r| {
+                r.disagreements
+                    .iter()
+                    .map(move |d| format!("round {}: {d}", r.round))
+            })
             .take(5)
             .collect(),
         typical_round,
@@ -161,7 +165,11 @@ mod tests {
 
     #[test]
     fn the_typical_round_is_the_one_nearest_the_median() {
-        let rounds = [round(0, 100, Some(false)), round(1, 900, Some(false)), round(2, 300, Some(false))];
+        let rounds = [
+            round(0, 100, Some(false)),
+            round(1, 900, Some(false)),
+            round(2, 300, Some(false)),
+        ];
         let s = summarize_run(&rounds, Some(1_000_000));
         assert_eq!(s.typical_round, Some(2));
         assert_eq!(s.skew_ns.map(|x| x.median), Some(300.0));
@@ -169,8 +177,14 @@ mod tests {
 
     #[test]
     fn honoured_overall_only_when_every_round_agrees() {
-        assert_eq!(overall_honoured(&[round(0, 1, Some(true)), round(1, 1, Some(true))]), Some(true));
-        assert_eq!(overall_honoured(&[round(0, 1, Some(true)), round(1, 1, Some(false))]), None);
+        assert_eq!(
+            overall_honoured(&[round(0, 1, Some(true)), round(1, 1, Some(true))]),
+            Some(true)
+        );
+        assert_eq!(
+            overall_honoured(&[round(0, 1, Some(true)), round(1, 1, Some(false))]),
+            None
+        );
         assert_eq!(overall_honoured(&[]), None);
     }
 }

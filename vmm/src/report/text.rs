@@ -106,7 +106,8 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
                 fmt_num(c.tsc_adjust_delta as f64),
                 c.offset_delta.map_or("n/a".into(), |d| fmt_num(d as f64)),
                 fmt_num(c.rel_offset_adjust as f64),
-                c.rel_offset_attr.map_or("n/a".into(), |d| fmt_num(d as f64)),
+                c.rel_offset_attr
+                    .map_or("n/a".into(), |d| fmt_num(d as f64)),
                 format!(
                     "{} ± {}",
                     fmt_num(c.rel_offset_bracket as f64),
@@ -123,10 +124,21 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
     );
     stat_row(out, "skew (cycles)", &v.summary.skew_cycles);
     stat_row(out, "skew (ns)", &v.summary.skew_ns);
-    stat_row(out, "CPU 0 exit time (cycles)", &v.summary.cpu0_exit_latency_cycles);
-    stat_row(out, "other exit times (cycles)", &v.summary.other_exit_latency_cycles);
+    stat_row(
+        out,
+        "CPU 0 exit time (cycles)",
+        &v.summary.cpu0_exit_latency_cycles,
+    );
+    stat_row(
+        out,
+        "other exit times (cycles)",
+        &v.summary.other_exit_latency_cycles,
+    );
     if v.summary.rounds_with_disagreements == 0 {
-        let _ = writeln!(out, "  Cross-checks: every available method agreed in every round.");
+        let _ = writeln!(
+            out,
+            "  Cross-checks: every available method agreed in every round."
+        );
     } else {
         let _ = writeln!(
             out,
@@ -157,7 +169,11 @@ pub fn render_text(r: &Report) -> String {
     let _ = writeln!(out, "  Kernel           {}", h.kernel_release);
     match h.tsc_khz {
         Some(k) => {
-            let _ = writeln!(out, "  TSC frequency    {:.3} MHz (KVM_GET_TSC_KHZ)", f64::from(k) / 1000.0);
+            let _ = writeln!(
+                out,
+                "  TSC frequency    {:.3} MHz (KVM_GET_TSC_KHZ)",
+                f64::from(k) / 1000.0
+            );
         }
         None => {
             let _ = writeln!(out, "  TSC frequency    unknown");

@@ -464,7 +464,8 @@ impl VcpuThread {
                 Err(ExitKind::Internal) => {
                     // SAFETY: the exit reason is KVM_EXIT_INTERNAL_ERROR, so
                     // `internal` is the union member KVM filled in.
-                    let suberror = unsafe { self.fd.get_kvm_run().__bindgen_anon_1.internal.suberror };
+                    let suberror =
+                        unsafe { self.fd.get_kvm_run().__bindgen_anon_1.internal.suberror };
                     let regs = self.regs();
                     return self.fail(VcpuError::InternalError { suberror, regs });
                 }

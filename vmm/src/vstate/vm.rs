@@ -47,9 +47,16 @@ impl fmt::Display for VmError {
                 write!(f, "cannot open /dev/kvm ({e}): {hint}")
             }
             VmError::MissingCapability(c) => {
-                write!(f, "this KVM lacks {c}, which tsc-rendezvous needs; use a newer kernel")
+                write!(
+                    f,
+                    "this KVM lacks {c}, which tsc-rendezvous needs; use a newer kernel"
+                )
             }
-            VmError::TooManyVcpus { requested, limit, by } => write!(
+            VmError::TooManyVcpus {
+                requested,
+                limit,
+                by,
+            } => write!(
                 f,
                 "--vcpus {requested} is more than {by} allows ({limit}); use at most {limit}"
             ),
@@ -124,9 +131,12 @@ impl Vm {
             });
         }
 
-        let fd = kvm.create_vm().map_err(|e| VmError::Kvm("KVM_CREATE_VM", e))?;
-        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), layout::MEM_SIZE as usize)])
-            .map_err(|e| VmError::Memory(e.to_string()))?;
+        let fd = kvm
+            .create_vm()
+            .map_err(|e| VmError::Kvm("KVM_CREATE_VM", e))?;
+        let mem =
+            GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), layout::MEM_SIZE as usize)])
+                .map_err(|e| VmError::Memory(e.to_string()))?;
         for (slot, region) in mem.iter().enumerate() {
             let host = mem
                 .get_host_address(region.start_addr())
@@ -210,7 +220,8 @@ fn write_u64s(mem: &GuestMemoryMmap, words: &[u64], addr: u64) -> Result<(), VmE
 /// Writes the config the guest reads.
 pub fn write_config(mem: &GuestMemoryMmap, c: &Config) -> Result<(), VmError> {
     let words = [c.magic, c.version, c.vcpus, c.rounds, c.variant, c.flags];
-    mem.write_obj(words, GuestAddress(layout::CONFIG)).map_err(mem_err)
+    mem.write_obj(words, GuestAddress(layout::CONFIG))
+        .map_err(mem_err)
 }
 
 /// Sets the variant of the next round (all vCPUs must be parked).

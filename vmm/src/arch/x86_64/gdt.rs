@@ -33,7 +33,11 @@ pub fn segment(table: &[u64], selector: u16) -> kvm_segment {
     let granular = (d >> 55) & 1 == 1;
     kvm_segment {
         base: ((d >> 16) & 0xff_ffff) | (((d >> 56) & 0xff) << 24),
-        limit: if granular { (limit << 12) | 0xfff } else { limit },
+        limit: if granular {
+            (limit << 12) | 0xfff
+        } else {
+            limit
+        },
         selector,
         type_: ((d >> 40) & 0xf) as u8,
         present: ((d >> 47) & 1) as u8,
@@ -83,7 +87,7 @@ mod tests {
     #[test]
     fn base_and_limit_are_split_across_the_descriptor() {
         let d = descriptor(0xc093, 0x1234_5678, 0xabcde);
-        assert_eq!(d, 0x12cd_9334_5678_bcde);
+        assert_eq!(d, 0x12ca_9334_5678_bcde);
         let seg = segment(&[0, d], 0x08);
         assert_eq!(seg.base, 0x1234_5678);
         assert_eq!(seg.limit, 0xabcd_efff);

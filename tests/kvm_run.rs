@@ -1,0 +1,243 @@
+//! Real VMs on /dev/kvm: N = 1, 2, 4, every variant, several rounds.
+//!
+//! These need a usable /dev/kvm. Without one they are skipped with a message,
+//! except when `CI` is set: then a missing /dev/kvm is a failure.
+//!
+//! The assertions hold on every hypervisor; the ones that depend on whether the
+//! writes take effect are chosen from the host's flavour and kernel version, so
+//! the same tests check PVM here and real KVM (VMX/SVM, e.g. inside QEMU).
+
+use std::process::Command;
+use std::time::Duration;
+
+use tsc_rendezvous::analysis::RoundResult;
+use tsc_rendezvous::host::KvmFlavor;
+use tsc_rendezvous::runner::{run, RunOptions, RunOutput};
+use tsc_rendezvous_algo::Variant;
+
+/// Whether KVM is usable; panics under CI when it is not.
+fn kvm_or_skip() -> bool {
+    let ok = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    if !ok {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set but /dev/kvm is not usable: the KVM tests must run in CI");
+        }
+        eprintln!("skipping: /dev/kvm is not usable (set CI to make this a failure)");
+    }
+    ok
+}
+
+fn run_ok(vcpus: u32, variant: Variant, rounds: usize) -> RunOutput {
+    let opts = RunOptions {
+        vcpus,
+        schedule: vec![variant; rounds],
+        timeout: Duration::from_secs(120),
+        image: None,
+    };
+    match run(&opts) {
+        Ok(out) => out,
+        Err(f) => panic!(
+            "{} on {vcpus} vCPUs failed after {} rounds: {}",
+            variant.name(),
+            f.completed.len(),
+            f.error
+        ),
+    }
+}
+
+/// What this host must do with guest TSC writes: PVM ignores them; real KVM
+/// honours them (and, from Linux 5.10, without snapping them together).
+fn expect_honoured(out: &RunOutput) -> Option<bool> {
+    match out.host.kvm_flavor {
+        KvmFlavor::Pvm => Some(false),
+        KvmFlavor::Vmx | KvmFlavor::Svm
+            if out.host.kernel_version.is_some_and(|v| v >= (5, 10)) =>
+        {
+            Some(true)
+        }
+        _ => None,
+    }
+}
+
+fn check_round(r: &RoundResult, n: u32, honoured: Option<bool>, ctx: &str) {
+    let ctx = format!("{ctx} round {}", r.round);
+    assert_eq!(r.vcpus.len(), n as usize, "{ctx}: one result per vCPU");
+    assert!(
+        r.disagreements.is_empty(),
+        "{ctx}: methods disagree: {:?}",
+        r.disagreements
+    );
+    let v = r.vcpus[0].written_value;
+    for c in &r.vcpus {
+        let cctx = format!("{ctx} vCPU {}", c.id);
+        assert_eq!(
+            c.written_value, v,
+            "{cctx}: every vCPU writes the same value"
+        );
+        assert!(
+            v >= c.tsc_first,
+            "{cctx}: value below a first-iteration TSC"
+        );
+        if let Some(g) = c.guest_adjust_delta {
+            assert_eq!(
+                g, c.tsc_adjust_delta,
+                "{cctx}: guest and KVM see the same TSC_ADJUST delta"
+            );
+        }
+        // TSC_ADJUST delta == value written - TSC at the write, where the TSC at
+        // the write lies between the guest's read just before it and the end
+        // of the loop (on the pre-write timeline): within the write's own cost.
+        let at_write = (c.written_value as i128) - (c.tsc_adjust_delta as i128);
+        let before = c.tsc_before_write as i128;
+        let jump = if c.write_honoured == Some(true) {
+            c.tsc_adjust_delta as i128
+        } else {
+            0
+        };
+        let after_pre = c.tsc_after_loop as i128 - jump;
+        assert!(
+            at_write >= before,
+            "{cctx}: write handled before it was issued"
+        );
+        assert!(
+            at_write <= after_pre,
+            "{cctx}: write handled after the loop ended"
+        );
+        assert_eq!(c.write_latency_cycles as i128, at_write - before, "{cctx}");
+        assert!(c.exit_latency_cycles >= 0, "{cctx}: negative exit time");
+        if let Some(h) = honoured {
+            assert_eq!(c.write_honoured, Some(h), "{cctx}: honoured?");
+            if let Some(od) = c.offset_delta {
+                let expect = if h { c.tsc_adjust_delta } else { 0 };
+                assert_eq!(od, expect, "{cctx}: offset delta");
+            }
+        }
+    }
+    // The reported skew is the spread of the relative offsets; with ignored
+    // writes the offsets never move, so it is the spread of the deltas.
+    let rel: Vec<i64> = r.vcpus.iter().map(|c| c.rel_offset_adjust).collect();
+    let spread = |xs: &[i64]| {
+        (xs.iter().max().copied().unwrap_or(0) as i128
+            - xs.iter().min().copied().unwrap_or(0) as i128) as u64
+    };
+    assert_eq!(r.skew_cycles, spread(&rel), "{ctx}: skew is the spread");
+    assert_eq!(r.vcpus[0].rel_offset_adjust, 0, "{ctx}: relative to vCPU 0");
+    if honoured.is_some() {
+        let deltas: Vec<i64> = r.vcpus.iter().map(|c| c.tsc_adjust_delta).collect();
+        assert_eq!(
+            r.skew_cycles,
+            spread(&deltas),
+            "{ctx}: skew is the spread of the deltas"
+        );
+        assert_eq!(r.writes_honoured, honoured, "{ctx}");
+    }
+    if n == 1 {
+        assert_eq!(r.skew_cycles, 0, "{ctx}: one vCPU has no skew");
+    }
+    assert_eq!(r.cpu0_exit_latency_cycles, r.vcpus[0].exit_latency_cycles);
+}
+
+#[test]
+fn every_variant_on_1_2_and_4_vcpus() {
+    if !kvm_or_skip() {
+        return;
+    }
+    for n in [1u32, 2, 4] {
+        for variant in Variant::ALL {
+            let rounds = 8;
+            let out = run_ok(n, variant, rounds);
+            let ctx = format!("{} n={n}", variant.name());
+            assert_eq!(out.rounds.len(), rounds, "{ctx}: all rounds complete");
+            assert_eq!(out.initial.len(), n as usize);
+            assert!(out.notes.is_empty(), "{ctx}: {:?}", out.notes);
+            let honoured = expect_honoured(&out);
+            for (i, r) in out.rounds.iter().enumerate() {
+                assert_eq!(r.round, i as u32);
+                assert_eq!(r.variant, variant.name());
+                check_round(r, n, honoured, &ctx);
+            }
+        }
+    }
+}
+
+#[test]
+fn host_facts_are_reported() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let out = run_ok(2, Variant::XenHead, 2);
+    assert!(out.host.tsc_khz.is_some_and(|k| k > 0));
+    assert!(!out.host.kernel_release.is_empty());
+    let pvm = std::path::Path::new("/sys/module/kvm_pvm").exists();
+    assert_eq!(out.host.kvm_flavor == KvmFlavor::Pvm, pvm);
+    // Every vCPU runs its TSC at the same rate.
+    assert!(out
+        .initial
+        .iter()
+        .all(|s| s.tsc_khz == out.initial[0].tsc_khz));
+}
+
+#[test]
+fn json_report_matches_the_schema_and_the_data() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+        .args(["run", "--vcpus", "2", "--rounds", "5", "--json"])
+        .output()
+        .expect("the binary runs");
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).expect("valid JSON");
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../vmm/schema/run-v1.json")).expect("schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+
+    let runs = doc["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 3, "every variant by default");
+    for run in runs {
+        let rounds = run["rounds"].as_array().expect("rounds");
+        assert_eq!(rounds.len(), 5);
+        let skews: Vec<f64> = rounds
+            .iter()
+            .map(|r| r["skew_cycles"].as_f64().unwrap_or(-1.0))
+            .collect();
+        let max = skews.iter().copied().fold(f64::MIN, f64::max);
+        assert_eq!(run["summary"]["skew_cycles"]["max"].as_f64(), Some(max));
+        if doc["host"]["kvm_flavor"] == "pvm" {
+            assert_eq!(run["writes_honoured"], serde_json::Value::Bool(false));
+        }
+    }
+}
+
+#[test]
+fn readable_report_states_the_verdict() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+        .args(["--rounds", "3", "--variant", "xen-4.15"])
+        .output()
+        .expect("the binary runs");
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("Did the hypervisor honour the guest's TSC writes?"),
+        "{text}"
+    );
+    assert!(text.contains("Variant xen-4.15 (3 rounds)"), "{text}");
+    assert!(text.contains("skew (ns)"), "{text}");
+    if std::path::Path::new("/sys/module/kvm_pvm").exists() {
+        assert!(text.contains("No. This host's hypervisor (PVM)"), "{text}");
+    }
+}

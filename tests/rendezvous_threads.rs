@@ -1,0 +1,151 @@
+//! The rendezvous on host threads: the same code the guest runs, on a
+//! simulated per-CPU TSC (host TSC plus a per-thread offset that `write_tsc`
+//! moves), for N = 1..=8, every variant, many repetitions.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use tsc_rendezvous::tsc::host_rdtsc;
+use tsc_rendezvous_algo::{rendezvous, Cpu, Outcome, Shared, Variant};
+
+/// A CPU whose TSC is the host's plus an offset, as under a hypervisor.
+struct SimCpu {
+    offset: u64,
+    writes: u32,
+    deadline: Instant,
+}
+
+impl Cpu for SimCpu {
+    fn rdtsc_ordered(&mut self) -> u64 {
+        host_rdtsc().wrapping_add(self.offset)
+    }
+    fn write_tsc(&mut self, value: u64) {
+        self.offset = value.wrapping_sub(host_rdtsc());
+        self.writes += 1;
+    }
+    fn relax(&mut self) {
+        // More threads than cores: let the others run, and never hang a test.
+        std::thread::yield_now();
+        assert!(
+            Instant::now() < self.deadline,
+            "rendezvous did not finish in time"
+        );
+    }
+}
+
+/// Runs `reps` rendezvous on `n` threads; returns each repetition's outcomes
+/// and the semaphore values seen at the end.
+fn run(variant: Variant, n: u32, reps: usize) -> Vec<(Vec<Outcome>, u32)> {
+    let shared = Arc::new(Shared::new());
+    let barrier = Arc::new(Barrier::new(n as usize));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let handles: Vec<_> = (0..n)
+        .map(|cpu| {
+            let shared = shared.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let mut sim = SimCpu {
+                    offset: 0,
+                    writes: 0,
+                    deadline,
+                };
+                let mut outs = Vec::new();
+                for _ in 0..reps {
+                    // Every calibration starts from fresh shared state.
+                    if barrier.wait().is_leader() {
+                        shared.semaphore.store(0, Ordering::SeqCst);
+                        shared.master_tsc_stamp.store(0, Ordering::SeqCst);
+                        shared.max_tsc_stamp.store(0, Ordering::SeqCst);
+                    }
+                    barrier.wait();
+                    let writes_before = sim.writes;
+                    outs.push(rendezvous(variant, &shared, cpu, n, &mut sim));
+                    assert_eq!(
+                        sim.writes,
+                        writes_before + 1,
+                        "exactly one TSC write per round"
+                    );
+                    barrier.wait();
+                    outs.push(Outcome {
+                        tsc_first: u64::from(shared.semaphore.load(Ordering::SeqCst)),
+                        ..Outcome::default()
+                    });
+                }
+                outs
+            })
+        })
+        .collect();
+    let per_cpu: Vec<Vec<Outcome>> = handles
+        .into_iter()
+        .map(|h| h.join().expect("rendezvous thread"))
+        .collect();
+    (0..reps)
+        .map(|r| {
+            let outs = per_cpu.iter().map(|o| o[2 * r]).collect();
+            let semaphore = per_cpu[0][2 * r + 1].tsc_first as u32;
+            (outs, semaphore)
+        })
+        .collect()
+}
+
+#[test]
+fn every_variant_ends_with_one_common_value_not_below_any_first_tsc() {
+    for variant in Variant::ALL {
+        for n in 1..=8u32 {
+            let reps = if n <= 2 { 200 } else { 40 };
+            for (rep, (outs, semaphore)) in run(variant, n, reps).into_iter().enumerate() {
+                let ctx = format!("{} n={n} rep={rep}", variant.name());
+                let v = outs[0].written;
+                assert!(
+                    outs.iter().all(|o| o.written == v),
+                    "{ctx}: different values written"
+                );
+                let max_first = outs.iter().map(|o| o.tsc_first).max().unwrap_or(0);
+                assert!(
+                    v >= max_first,
+                    "{ctx}: wrote {v} below a first-iteration TSC {max_first}"
+                );
+                assert_eq!(
+                    v, max_first,
+                    "{ctx}: the value is the max first-iteration TSC"
+                );
+                assert_eq!(semaphore, 0, "{ctx}: semaphore did not end at 0");
+                for o in &outs {
+                    assert!(o.tsc_first != 0, "{ctx}: tsc += !tsc keeps it non-zero");
+                    assert!(
+                        o.tsc_before_write >= o.tsc_first,
+                        "{ctx}: write before first read"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_single_cpu_writes_its_own_first_tsc() {
+    for variant in Variant::ALL {
+        for (outs, semaphore) in run(variant, 1, 50) {
+            assert_eq!(outs.len(), 1);
+            assert_eq!(outs[0].written, outs[0].tsc_first);
+            assert_eq!(semaphore, 0);
+        }
+    }
+}
+
+/// The shared state lives where the guest layout says and has Xen's shape:
+/// the semaphore and both stamps on one cache line.
+#[test]
+fn shared_state_is_one_cache_line() {
+    assert_eq!(std::mem::size_of::<Shared>(), 64);
+    assert_eq!(std::mem::align_of::<Shared>(), 64);
+    assert_eq!(tsc_contract::layout::RENDEZVOUS % 64, 0);
+}
+
+/// The semaphore is a plain 32-bit counter, as Xen's atomic_t.
+#[test]
+fn semaphore_is_32_bit() {
+    let s = Shared::new();
+    let _: &AtomicU32 = &s.semaphore;
+}
