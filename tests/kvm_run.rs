@@ -63,7 +63,9 @@ fn expect_honoured(out: &RunOutput) -> Option<bool> {
     }
 }
 
-fn check_round(r: &RoundResult, n: u32, honoured: Option<bool>, ctx: &str) {
+/// Checks one round. `adjust_sum` holds each vCPU's TSC_ADJUST summed over the
+/// rounds so far (KVM starts it at 0), updated here.
+fn check_round(r: &RoundResult, n: u32, honoured: Option<bool>, adjust_sum: &mut [i64], ctx: &str) {
     let ctx = format!("{ctx} round {}", r.round);
     assert_eq!(r.vcpus.len(), n as usize, "{ctx}: one result per vCPU");
     assert!(
@@ -126,13 +128,41 @@ fn check_round(r: &RoundResult, n: u32, honoured: Option<bool>, ctx: &str) {
     };
     assert_eq!(r.skew_cycles, spread(&rel), "{ctx}: skew is the spread");
     assert_eq!(r.vcpus[0].rel_offset_adjust, 0, "{ctx}: relative to vCPU 0");
+    for (sum, c) in adjust_sum.iter_mut().zip(&r.vcpus) {
+        *sum = sum.wrapping_add(c.tsc_adjust_delta);
+    }
+    match honoured {
+        Some(false) => {
+            // The offsets never move: the would-be skew is the spread of this
+            // round's deltas, and the actual skew is 0.
+            let deltas: Vec<i64> = r.vcpus.iter().map(|c| c.tsc_adjust_delta).collect();
+            assert_eq!(
+                r.skew_cycles,
+                spread(&deltas),
+                "{ctx}: skew is the spread of the deltas"
+            );
+            if let Some(actual) = r.skew_cycles_attr {
+                assert_eq!(actual, 0, "{ctx}: ignored writes leave no actual skew");
+            }
+        }
+        Some(true) => {
+            // Every write moved the offset by its delta, so the offsets now
+            // differ by the accumulated TSC_ADJUST values.
+            assert_eq!(
+                r.skew_cycles,
+                spread(adjust_sum),
+                "{ctx}: skew is the spread of TSC_ADJUST"
+            );
+            if let Some(actual) = r.skew_cycles_attr {
+                assert_eq!(
+                    actual, r.skew_cycles,
+                    "{ctx}: the offsets show the same skew"
+                );
+            }
+        }
+        None => {}
+    }
     if honoured.is_some() {
-        let deltas: Vec<i64> = r.vcpus.iter().map(|c| c.tsc_adjust_delta).collect();
-        assert_eq!(
-            r.skew_cycles,
-            spread(&deltas),
-            "{ctx}: skew is the spread of the deltas"
-        );
         assert_eq!(r.writes_honoured, honoured, "{ctx}");
     }
     if n == 1 {
@@ -155,10 +185,11 @@ fn every_variant_on_1_2_and_4_vcpus() {
             assert_eq!(out.initial.len(), n as usize);
             assert!(out.notes.is_empty(), "{ctx}: {:?}", out.notes);
             let honoured = expect_honoured(&out);
+            let mut adjust_sum = vec![0i64; n as usize];
             for (i, r) in out.rounds.iter().enumerate() {
                 assert_eq!(r.round, i as u32);
                 assert_eq!(r.variant, variant.name());
-                check_round(r, n, honoured, &ctx);
+                check_round(r, n, honoured, &mut adjust_sum, &ctx);
             }
         }
     }
