@@ -58,7 +58,19 @@ pub mod layout {
     }
 
     const _: () = assert!(stack_top(MAX_VCPUS - 1) <= MEM_SIZE);
-    const _: () = assert!(record(MAX_VCPUS) <= IMAGE);
+    /// Per-vCPU [`crate::CommandSlot`]s (command mode), `MAX_VCPUS` of them.
+    pub const COMMANDS: u64 = 0x1a000;
+    /// The warp test's shared state (command mode), one page.
+    pub const WARP: u64 = 0x1f000;
+
+    /// Guest physical address of vCPU `index`'s command slot.
+    pub const fn command(index: u32) -> u64 {
+        COMMANDS + index as u64 * crate::COMMAND_SLOT_SIZE as u64
+    }
+
+    const _: () = assert!(record(MAX_VCPUS) <= COMMANDS);
+    const _: () = assert!(command(MAX_VCPUS) <= WARP);
+    const _: () = assert!(WARP + 0x1000 <= IMAGE);
     const _: () = assert!(RECORDS >= RENDEZVOUS + 0x1000);
     const _: () = assert!(IMAGE_END <= STACKS);
     const _: () = assert!(STACK_SIZE.is_multiple_of(16));
@@ -80,6 +92,9 @@ pub mod ports {
     /// A CPU exception reached the guest's IDT, `out dx, eax` (eax = vector).
     /// The handler leaves the faulting RIP in `rbx` and the error code in `rcx`.
     pub const EXCEPTION: u16 = 0x0513;
+    /// Command mode: the vCPU finished command number `eax` (0 = none yet),
+    /// wrote its result into its [`crate::CommandSlot`] and waits for the next.
+    pub const COMMAND_DONE: u16 = 0x0520;
 }
 
 /// Written into [`Config::magic`] by the host.
@@ -177,15 +192,79 @@ pub struct Config {
     pub rounds: u32,
     /// The [`Variant`] of the next round (raw).
     pub variant: u32,
-    /// Reserved, 0.
+    /// `CONFIG_*` flags.
     pub flags: u32,
 }
+
+/// [`Config::flags`]: instead of `rounds` rendezvous, execute the host's
+/// commands one at a time (see [`CommandSlot`]).
+pub const CONFIG_COMMAND_MODE: u32 = 1 << 0;
 
 /// Size of [`Config`] in bytes.
 pub const CONFIG_SIZE: usize = 24;
 const _: () = assert!(size_of::<Config>() == CONFIG_SIZE);
 const _: () = assert!(offset_of!(Config, vcpus) == 8);
 const _: () = assert!(offset_of!(Config, variant) == 16);
+
+/// What a vCPU does in command mode, written by the host into
+/// [`CommandSlot::op`] while the vCPU is parked.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Nothing; just report back.
+    Nop = 0,
+    /// `result_a` = ordered TSC read.
+    Rdtsc = 1,
+    /// `result_a` = rdmsr(`arg`), `result_b` = TSC read right after.
+    Rdmsr = 2,
+    /// wrmsr(`arg`, `value`); `result_b` = TSC read right after.
+    Wrmsr = 3,
+    /// One rendezvous of variant `arg` on every vCPU; the record goes to the
+    /// vCPU's [`RoundRecord`] slot with `round` = `value`.
+    Rendezvous = 4,
+    /// The lock-ordered warp test on every vCPU for `value` iterations:
+    /// `result_a` = largest backwards step seen, `result_b` = how many.
+    Warp = 5,
+    /// Report [`ports::DONE`] and halt.
+    Halt = 6,
+}
+
+impl Op {
+    /// Decodes a raw op, `None` for anything unknown.
+    pub const fn from_raw(raw: u32) -> Option<Op> {
+        match raw {
+            0 => Some(Op::Nop),
+            1 => Some(Op::Rdtsc),
+            2 => Some(Op::Rdmsr),
+            3 => Some(Op::Wrmsr),
+            4 => Some(Op::Rendezvous),
+            5 => Some(Op::Warp),
+            6 => Some(Op::Halt),
+            _ => None,
+        }
+    }
+}
+
+/// One vCPU's command and its result (command mode).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommandSlot {
+    /// The [`Op`] (raw), written by the host.
+    pub op: u32,
+    /// Its first argument (an MSR index, a variant), written by the host.
+    pub arg: u32,
+    /// Its second argument, written by the host.
+    pub value: u64,
+    /// First result, written by the guest.
+    pub result_a: u64,
+    /// Second result, written by the guest.
+    pub result_b: u64,
+}
+
+/// Size of [`CommandSlot`] in bytes.
+pub const COMMAND_SLOT_SIZE: usize = 32;
+const _: () = assert!(size_of::<CommandSlot>() == COMMAND_SLOT_SIZE);
+const _: () = assert!(offset_of!(CommandSlot, result_a) == 16);
 
 /// [`RoundRecord::flags`]: the guest has IA32_TSC_ADJUST (CPUID.(7,0):EBX[1]) and
 /// the `adjust_*` fields are real readings.
@@ -459,6 +538,11 @@ mod tests {
                 layout::RECORDS,
                 layout::MAX_VCPUS as u64 * RECORD_SIZE as u64,
             ),
+            (
+                layout::COMMANDS,
+                layout::MAX_VCPUS as u64 * COMMAND_SLOT_SIZE as u64,
+            ),
+            (layout::WARP, 0x1000),
             (layout::IMAGE, layout::IMAGE_END - layout::IMAGE),
             (
                 layout::STACKS,

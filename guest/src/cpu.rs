@@ -33,8 +33,9 @@ impl Cpu for Hw {
     }
 }
 
+/// `wrmsr`.
 #[inline(always)]
-fn wrmsr(msr: u32, value: u64) {
+pub fn wrmsr(msr: u32, value: u64) {
     // SAFETY: the guest runs at CPL0; the MSRs written here exist on every x86-64
     // CPU, and a fault would reach the IDT and be reported to the VMM.
     unsafe {
@@ -43,8 +44,9 @@ fn wrmsr(msr: u32, value: u64) {
     }
 }
 
+/// `rdmsr`.
 #[inline(always)]
-fn rdmsr(msr: u32) -> u64 {
+pub fn rdmsr(msr: u32) -> u64 {
     let (lo, hi): (u32, u32);
     // SAFETY: as for wrmsr; callers check CPUID for the MSR first.
     unsafe {

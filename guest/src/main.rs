@@ -18,10 +18,11 @@ mod rt;
 
 use core::ptr::{read_volatile, write_volatile};
 use tsc_contract::{
-    layout, ports, Config, PanicCode, RoundRecord, Variant, CONFIG_MAGIC, CONTRACT_VERSION,
-    RECORD_HAS_TSC_ADJUST, RECORD_MAGIC,
+    layout, ports, CommandSlot, Config, Op, PanicCode, RoundRecord, Variant, CONFIG_COMMAND_MODE,
+    CONFIG_MAGIC, CONTRACT_VERSION, RECORD_HAS_TSC_ADJUST, RECORD_MAGIC,
 };
-use tsc_rendezvous_algo::{rendezvous, Shared};
+use tsc_rendezvous_algo::warp::{warp_test, WarpShared};
+use tsc_rendezvous_algo::{rendezvous, Cpu, Shared};
 
 core::arch::global_asm!(
     ".section .text._start, \"ax\"",
@@ -56,53 +57,108 @@ extern "C" fn guest_main(index: u64) -> ! {
     let index = index as u32;
 
     let has_adjust = cpu::has_tsc_adjust();
-    let flags = if has_adjust { RECORD_HAS_TSC_ADJUST } else { 0 };
-    // SAFETY: the rendezvous page is guest RAM reserved for it, 64-byte aligned,
-    // zeroed by the VMM before every round while all vCPUs are parked; `Shared`
-    // is made of atomics, so shared access from every vCPU is sound.
-    let shared: &Shared = unsafe { &*(layout::RENDEZVOUS as *const Shared) };
-    let record = layout::record(index) as *mut RoundRecord;
-    let mut ops = cpu::Hw;
+    if config.flags & CONFIG_COMMAND_MODE != 0 {
+        command_loop(index, config.vcpus, has_adjust);
+    }
 
     for round in 0..config.rounds {
         // SAFETY: as above; the VMM may set another variant between rounds.
         let raw_variant = unsafe { read_volatile(&(*config_ptr).variant) };
-        let Some(variant) = Variant::from_raw(raw_variant) else {
-            rt::fail(PanicCode::BadConfig, b"unknown variant in config");
-        };
-
-        let adjust_before = if has_adjust {
-            cpu::read_tsc_adjust()
-        } else {
-            0
-        };
-        let out = rendezvous(variant, shared, index, config.vcpus, &mut ops);
-        let adjust_after = if has_adjust {
-            cpu::read_tsc_adjust()
-        } else {
-            0
-        };
-
-        let rec = RoundRecord {
-            magic: RECORD_MAGIC,
-            vcpu: index,
-            round,
-            variant: raw_variant,
-            flags,
-            reserved: 0,
-            tsc_first: out.tsc_first,
-            written: out.written,
-            tsc_before_write: out.tsc_before_write,
-            tsc_after_loop: out.tsc_after_loop,
-            adjust_before,
-            adjust_after,
-        };
-        // SAFETY: vCPU `index`'s record slot is inside guest RAM (the layout
-        // holds MAX_VCPUS records) and written by this vCPU only.
-        unsafe { write_volatile(record, rec) };
+        one_round(index, config.vcpus, raw_variant, round, has_adjust);
         cpu::out32(ports::ROUND_DONE, round);
     }
 
     cpu::out32(ports::DONE, config.rounds);
     cpu::halt_forever()
+}
+
+/// The rendezvous' shared state.
+fn shared() -> &'static Shared {
+    // SAFETY: the rendezvous page is guest RAM reserved for it, 64-byte aligned,
+    // zeroed by the VMM before every round while all vCPUs are parked; `Shared`
+    // is made of atomics, so shared access from every vCPU is sound.
+    unsafe { &*(layout::RENDEZVOUS as *const Shared) }
+}
+
+/// Runs one rendezvous of `raw_variant` and writes this vCPU's record.
+fn one_round(index: u32, vcpus: u32, raw_variant: u32, round: u32, has_adjust: bool) {
+    let Some(variant) = Variant::from_raw(raw_variant) else {
+        rt::fail(PanicCode::BadConfig, b"unknown variant in config");
+    };
+    let mut ops = cpu::Hw;
+    let adjust_before = if has_adjust {
+        cpu::read_tsc_adjust()
+    } else {
+        0
+    };
+    let out = rendezvous(variant, shared(), index, vcpus, &mut ops);
+    let adjust_after = if has_adjust {
+        cpu::read_tsc_adjust()
+    } else {
+        0
+    };
+    let rec = RoundRecord {
+        magic: RECORD_MAGIC,
+        vcpu: index,
+        round,
+        variant: raw_variant,
+        flags: if has_adjust { RECORD_HAS_TSC_ADJUST } else { 0 },
+        reserved: 0,
+        tsc_first: out.tsc_first,
+        written: out.written,
+        tsc_before_write: out.tsc_before_write,
+        tsc_after_loop: out.tsc_after_loop,
+        adjust_before,
+        adjust_after,
+    };
+    // SAFETY: vCPU `index`'s record slot is inside guest RAM (the layout holds
+    // MAX_VCPUS records) and written by this vCPU only.
+    unsafe { write_volatile(layout::record(index) as *mut RoundRecord, rec) };
+}
+
+/// Command mode: report, wait to be resumed, execute the host's next command.
+fn command_loop(index: u32, vcpus: u32, has_adjust: bool) -> ! {
+    let slot = layout::command(index) as *mut CommandSlot;
+    let mut ops = cpu::Hw;
+    let mut seq: u32 = 0;
+    loop {
+        cpu::out32(ports::COMMAND_DONE, seq);
+        seq = seq.wrapping_add(1);
+        // SAFETY: vCPU `index`'s command slot is guest RAM reserved for it;
+        // the VMM writes it only while this vCPU is parked.
+        let cmd = unsafe { read_volatile(slot) };
+        let (a, b) = match Op::from_raw(cmd.op) {
+            Some(Op::Nop) => (0, 0),
+            Some(Op::Rdtsc) => (ops.rdtsc_ordered(), 0),
+            Some(Op::Rdmsr) => {
+                let v = cpu::rdmsr(cmd.arg);
+                (v, ops.rdtsc_ordered())
+            }
+            Some(Op::Wrmsr) => {
+                cpu::wrmsr(cmd.arg, cmd.value);
+                (0, ops.rdtsc_ordered())
+            }
+            Some(Op::Rendezvous) => {
+                one_round(index, vcpus, cmd.arg, cmd.value as u32, has_adjust);
+                (0, 0)
+            }
+            Some(Op::Warp) => {
+                // SAFETY: the warp page is guest RAM reserved for it, zeroed by
+                // the VMM before every test; WarpShared is made of atomics.
+                let w: &WarpShared = unsafe { &*(layout::WARP as *const WarpShared) };
+                let out = warp_test(w, vcpus, cmd.value, &mut ops);
+                (out.max_warp, out.warps)
+            }
+            Some(Op::Halt) => {
+                cpu::out32(ports::DONE, seq);
+                cpu::halt_forever()
+            }
+            None => rt::fail(PanicCode::BadConfig, b"unknown command op"),
+        };
+        // SAFETY: as above; only the result fields are written.
+        unsafe {
+            write_volatile(&raw mut (*slot).result_a, a);
+            write_volatile(&raw mut (*slot).result_b, b);
+        }
+    }
 }

@@ -23,6 +23,8 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub use tsc_contract::Variant;
 
+pub mod warp;
+
 /// The CPU operations the rendezvous needs.
 pub trait Cpu {
     /// Xen's `rdtsc_ordered()`: a TSC read that is not executed before earlier

@@ -21,11 +21,13 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The `run` options, whichever way they were given.
-    pub fn run_args(self) -> RunArgs {
+    /// The `run` options, whichever way they were given; `None` for another
+    /// subcommand.
+    pub fn run_args(self) -> Option<RunArgs> {
         match self.command {
-            Some(Cmd::Run(a)) => a,
-            None => self.run,
+            Some(Cmd::Run(a)) => Some(a),
+            None => Some(self.run),
+            Some(_) => None,
         }
     }
 }
@@ -35,6 +37,97 @@ impl Cli {
 pub enum Cmd {
     /// Run the rendezvous and report the skew (the default).
     Run(RunArgs),
+    /// Named regression checks of the hypervisor's guest TSC handling, with
+    /// verdicts. Exit code 0: every check passed (or was skipped); 1: a check
+    /// failed or regressed against the baseline; 2: the checks could not run.
+    Check(CheckArgs),
+}
+
+/// Options of `check`.
+#[derive(Debug, Args, Clone)]
+pub struct CheckArgs {
+    /// vCPUs for the rendezvous, warp and skew checks.
+    #[arg(long, default_value_t = 2, value_parser = parse_vcpus)]
+    pub vcpus: u32,
+
+    /// Rendezvous rounds for checks 3-6.
+    #[arg(long, default_value_t = 200, value_parser = parse_rounds)]
+    pub rounds: u32,
+
+    /// The variant to run (xen-4.15, xen-6ca022a1, xen-head).
+    #[arg(long, default_value = "xen-head", value_parser = parse_one_variant)]
+    pub variant: Variant,
+
+    /// Iterations of the guest warp test per vCPU.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub warp_iterations: u64,
+
+    /// Check 6 fails when the median or p99 skew exceeds this many ns.
+    #[arg(long, value_name = "NS", value_parser = parse_positive)]
+    pub max_skew_ns: Option<f64>,
+
+    /// Check 6 fails when the median or p99 skew exceeds this many cycles.
+    #[arg(long, value_name = "CYCLES")]
+    pub max_skew_cycles: Option<u64>,
+
+    /// Print the result as JSON (schema `tsc-rendezvous/check/v1`,
+    /// vmm/schema/check-v1.json) instead of the readable table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also write a JUnit XML file (one testcase per check).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+
+    /// Compare with an earlier `check --json` result: a check whose verdict
+    /// got worse (PASS > SKIP > FAIL), a missing check, or a median skew that
+    /// grew beyond the tolerance fails (exit code 1).
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+
+    /// Allowed growth of the median skew against the baseline, in percent
+    /// (growth below 1,000 cycles never counts).
+    #[arg(long, value_name = "PERCENT", default_value_t = 50.0, value_parser = parse_percent)]
+    pub tolerance: f64,
+
+    /// Give up after this many seconds. Default: 120 s plus 100 ms per round
+    /// and vCPU.
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    pub timeout: Option<f64>,
+}
+
+impl CheckArgs {
+    /// The deadline of the whole check.
+    pub fn timeout(&self) -> Duration {
+        match self.timeout {
+            Some(s) => Duration::from_secs_f64(s),
+            None => Duration::from_secs(60) + default_timeout(self.vcpus, self.rounds),
+        }
+    }
+}
+
+fn parse_one_variant(s: &str) -> Result<Variant, String> {
+    Variant::from_name(s)
+        .ok_or_else(|| format!("unknown variant '{s}'; valid: {}", valid_variants()))
+}
+
+fn parse_positive(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
+    if !(v > 0.0 && v.is_finite()) {
+        return Err("must be a positive number".into());
+    }
+    Ok(v)
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("'{s}' is not a percentage"))?;
+    if !(0.0..=10_000.0).contains(&v) {
+        return Err("the tolerance must be between 0 and 10000 percent".into());
+    }
+    Ok(v)
 }
 
 /// Options of `run`.
@@ -172,7 +265,48 @@ mod tests {
     }
 
     fn run_args(args: &[&str]) -> RunArgs {
-        parse(args).expect("valid arguments").run_args()
+        parse(args)
+            .expect("valid arguments")
+            .run_args()
+            .expect("a run")
+    }
+
+    fn check_args(args: &[&str]) -> CheckArgs {
+        match parse(args).expect("valid arguments").command {
+            Some(Cmd::Check(c)) => c,
+            other => panic!("not a check: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn check_options_parse_with_their_defaults() {
+        let c = check_args(&["check"]);
+        assert_eq!(
+            (c.vcpus, c.rounds, c.variant, c.tolerance),
+            (2, 200, Variant::XenHead, 50.0)
+        );
+        assert_eq!(
+            (c.max_skew_ns, c.max_skew_cycles, c.json),
+            (None, None, false)
+        );
+        let c = check_args(&[
+            "check",
+            "--junit",
+            "checks.xml",
+            "--json",
+            "--max-skew-ns",
+            "50000",
+            "--tolerance",
+            "20%",
+        ]);
+        assert_eq!(c.junit.as_deref(), Some(std::path::Path::new("checks.xml")));
+        assert_eq!(
+            (c.max_skew_ns, c.tolerance, c.json),
+            (Some(50000.0), 20.0, true)
+        );
+        assert!(parse(&["check", "--max-skew-ns", "-5"]).is_err());
+        assert!(parse(&["check", "--variant", "all"]).is_err());
+        assert!(parse(&["check", "--warp-iterations", "0"]).is_err());
     }
 
     #[test]

@@ -12,17 +12,21 @@
 //! - [`analysis`]: skew, honoured writes and exit times from the raw readings.
 //! - [`stats`]: order statistics.
 //! - [`runner`]: one run, from VM creation to the per-round results.
+//! - [`session`]: a VM in command mode, for step-by-step checks.
 //! - [`report`]: the readable report and the JSON schema.
+//! - [`check`]: the regression checks (`check`), JUnit output and baselines.
 //! - [`cli`]: the command line.
 #![deny(missing_docs)]
 
 pub mod analysis;
 pub mod arch;
+pub mod check;
 pub mod cli;
 pub mod guest_image;
 pub mod host;
 pub mod report;
 pub mod runner;
+pub mod session;
 pub mod stats;
 pub mod tsc;
 pub mod vstate;

@@ -9,7 +9,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tsc_rendezvous::cli::{Cli, RunArgs};
+use std::time::Instant;
+
+use tsc_rendezvous::check::{self, CheckOptions};
+use tsc_rendezvous::cli::{CheckArgs, Cli, Cmd, RunArgs};
 use tsc_rendezvous::report::{self, Report};
 use tsc_rendezvous::runner::{self, RunError, RunOptions};
 
@@ -25,7 +28,91 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp_millis()
         .init();
-    run(&cli.run_args())
+    match cli.command {
+        Some(Cmd::Check(args)) => check(&args),
+        _ => match cli.run_args() {
+            Some(args) => run(&args),
+            None => ExitCode::from(2),
+        },
+    }
+}
+
+fn write_stdout(text: &str) -> ExitCode {
+    let mut stdout = std::io::stdout().lock();
+    if stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+        .is_err()
+    {
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+fn check(args: &CheckArgs) -> ExitCode {
+    let baseline = match &args.baseline {
+        Some(path) => match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| check::baseline::load(&t))
+        {
+            Ok(b) => Some(b),
+            Err(e) => {
+                eprintln!("error: baseline {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let opts = CheckOptions {
+        vcpus: args.vcpus,
+        rounds: args.rounds,
+        variant: args.variant.name().to_string(),
+        warp_iterations: args.warp_iterations,
+        max_skew_ns: args.max_skew_ns,
+        max_skew_cycles: args.max_skew_cycles,
+        timeout_secs: args.timeout().as_secs_f64(),
+    };
+    let started = Instant::now();
+    let mut report = match check::run_checks(&opts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: the checks could not run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(b) = &baseline {
+        let out = check::baseline::compare(&mut report, b, args.tolerance / 100.0);
+        for m in out.missing {
+            eprintln!("warning: check '{m}' is in the baseline but not in this run");
+        }
+    }
+    if let Some(path) = &args.junit {
+        let xml = check::junit::render(&report, started.elapsed().as_secs_f64());
+        if let Err(e) = std::fs::write(path, xml) {
+            eprintln!("error: cannot write the JUnit file {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    let text = if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => s + "\n",
+            Err(e) => {
+                eprintln!("error: cannot encode the result as JSON: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        check::render_text(&report)
+    };
+    let code = write_stdout(&text);
+    if code != ExitCode::SUCCESS {
+        return code;
+    }
+    if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 fn run(args: &RunArgs) -> ExitCode {
@@ -98,13 +185,5 @@ fn run(args: &RunArgs) -> ExitCode {
     } else {
         report::render_text(&report)
     };
-    let mut stdout = std::io::stdout().lock();
-    if stdout
-        .write_all(text.as_bytes())
-        .and_then(|_| stdout.flush())
-        .is_err()
-    {
-        return ExitCode::from(1);
-    }
-    ExitCode::SUCCESS
+    write_stdout(&text)
 }

@@ -176,7 +176,8 @@ fn fail(error: RunError) -> Failure {
     }
 }
 
-struct Threads {
+/// The vCPU threads of one VM and the channels to them.
+pub(crate) struct Threads {
     commands: Vec<Sender<Command>>,
     events: Receiver<Event>,
     handles: Vec<JoinHandle<VcpuFd>>,
@@ -186,20 +187,27 @@ struct Threads {
 }
 
 impl Threads {
-    fn send_all(&self, cmd: Command) {
+    pub(crate) fn send_all(&self, cmd: Command) {
         for c in &self.commands {
             // A thread that has ended reports it through its last event.
             let _ = c.send(cmd);
         }
     }
 
-    fn recv(&self) -> Result<Event, RecvTimeoutError> {
+    pub(crate) fn send(&self, vcpu: u32, cmd: Command) {
+        if let Some(c) = self.commands.get(vcpu as usize) {
+            // A thread that has ended reports it through its last event.
+            let _ = c.send(cmd);
+        }
+    }
+
+    pub(crate) fn recv(&self) -> Result<Event, RecvTimeoutError> {
         let left = self.deadline.saturating_duration_since(Instant::now());
         self.events.recv_timeout(left)
     }
 
     /// Stops every vCPU thread and joins them within a bounded time.
-    fn shutdown(mut self) {
+    pub(crate) fn shutdown(mut self) {
         self.send_all(Command::Stop);
         self.commands.clear();
         for (k, h) in self.kickers.iter().zip(&self.handles) {
@@ -234,7 +242,7 @@ impl Threads {
 }
 
 /// Collects one event of `want` kind from every vCPU, failing on any error.
-fn collect<T>(
+pub(crate) fn collect<T>(
     t: &Threads,
     n: u32,
     round: u32,
@@ -277,7 +285,7 @@ fn collect<T>(
     Ok(got.into_iter().flatten().collect())
 }
 
-fn readback_all(
+pub(crate) fn readback_all(
     t: &Threads,
     n: u32,
     round: u32,
@@ -293,11 +301,45 @@ fn readback_all(
     })
 }
 
-fn read_record(mem: &GuestMemoryMmap, vcpu: u32) -> Option<RoundRecord> {
+pub(crate) fn read_record(mem: &GuestMemoryMmap, vcpu: u32) -> Option<RoundRecord> {
     let mut buf = [0u8; RECORD_SIZE];
     mem.read_slice(&mut buf, GuestAddress(layout::record(vcpu)))
         .ok()?;
     RoundRecord::from_bytes(&buf)
+}
+
+/// Starts one thread per vCPU of `machine` (taking its vCPU fds); the run's
+/// deadline is `timeout` from now.
+pub(crate) fn spawn_threads(
+    machine: &mut Vm,
+    with_offset: bool,
+    timeout: Duration,
+) -> Result<Threads, RunError> {
+    let (event_tx, event_rx) = mpsc::channel();
+    let mut threads = Threads {
+        commands: Vec::new(),
+        events: event_rx,
+        handles: Vec::new(),
+        kickers: Vec::new(),
+        deadline: Instant::now() + timeout,
+        timeout,
+    };
+    for (index, fd) in std::mem::take(&mut machine.vcpus).into_iter().enumerate() {
+        let (tx, rx) = mpsc::channel();
+        let (thread, kicker) = VcpuThread::new(index as u32, fd, rx, event_tx.clone(), with_offset);
+        match vcpu::spawn(thread) {
+            Ok(h) => {
+                threads.commands.push(tx);
+                threads.handles.push(h);
+                threads.kickers.push(kicker);
+            }
+            Err(e) => {
+                threads.shutdown();
+                return Err(RunError::Spawn(e));
+            }
+        }
+    }
+    Ok(threads)
 }
 
 /// Runs the rendezvous on `opts.vcpus` vCPUs for every round of `opts.schedule`.
@@ -314,36 +356,13 @@ pub fn run(opts: &RunOptions) -> Result<RunOutput, Failure> {
         .as_deref()
         .unwrap_or(crate::guest_image::EMBEDDED);
     let kvm = vm::open_kvm().map_err(|e| fail(RunError::Vm(e)))?;
-    let mut machine = Vm::new(kvm, n, rounds, first, image).map_err(|e| fail(RunError::Vm(e)))?;
+    let mut machine =
+        Vm::new(kvm, n, rounds, first, 0, image).map_err(|e| fail(RunError::Vm(e)))?;
     vcpu::install_kick_handler().map_err(|e| fail(RunError::Signal(e.to_string())))?;
 
     let with_offset = machine.vcpus.first().is_some_and(tsc::has_offset_attr);
     let mem = machine.mem.clone();
-    let (event_tx, event_rx) = mpsc::channel();
-    let mut threads = Threads {
-        commands: Vec::new(),
-        events: event_rx,
-        handles: Vec::new(),
-        kickers: Vec::new(),
-        deadline: Instant::now() + opts.timeout,
-        timeout: opts.timeout,
-    };
-    for (index, fd) in std::mem::take(&mut machine.vcpus).into_iter().enumerate() {
-        let (tx, rx) = mpsc::channel();
-        let (thread, kicker) = VcpuThread::new(index as u32, fd, rx, event_tx.clone(), with_offset);
-        match vcpu::spawn(thread) {
-            Ok(h) => {
-                threads.commands.push(tx);
-                threads.handles.push(h);
-                threads.kickers.push(kicker);
-            }
-            Err(e) => {
-                threads.shutdown();
-                return Err(fail(RunError::Spawn(e)));
-            }
-        }
-    }
-    drop(event_tx);
+    let threads = spawn_threads(&mut machine, with_offset, opts.timeout).map_err(fail)?;
 
     let mut completed = Vec::new();
     let result = drive(

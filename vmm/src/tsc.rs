@@ -36,6 +36,8 @@ pub const KVM_VCPU_TSC_OFFSET: u64 = 0;
 pub enum TscError {
     /// KVM_GET_MSRS failed or returned fewer MSRs than asked for.
     GetMsrs(String),
+    /// KVM_SET_MSRS failed or wrote fewer MSRs than asked for.
+    SetMsrs(String),
     /// KVM_GET_DEVICE_ATTR(KVM_VCPU_TSC_OFFSET) failed although it is supported.
     GetOffset(errno::Error),
     /// KVM_GET_TSC_KHZ failed.
@@ -46,6 +48,7 @@ impl fmt::Display for TscError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TscError::GetMsrs(e) => write!(f, "KVM_GET_MSRS: {e}"),
+            TscError::SetMsrs(e) => write!(f, "KVM_SET_MSRS: {e}"),
             TscError::GetOffset(e) => write!(f, "KVM_GET_DEVICE_ATTR(KVM_VCPU_TSC_OFFSET): {e}"),
             TscError::GetTscKhz(e) => write!(f, "KVM_GET_TSC_KHZ: {e}"),
         }
@@ -127,7 +130,8 @@ pub fn get_offset(vcpu: &VcpuFd) -> Result<u64, TscError> {
     Ok(value)
 }
 
-fn get_msr(vcpu: &VcpuFd, index: u32) -> Result<u64, TscError> {
+/// Reads one MSR through KVM_GET_MSRS.
+pub fn get_msr(vcpu: &VcpuFd, index: u32) -> Result<u64, TscError> {
     let mut msrs = Msrs::from_entries(&[kvm_msr_entry {
         index,
         ..Default::default()
@@ -142,6 +146,25 @@ fn get_msr(vcpu: &VcpuFd, index: u32) -> Result<u64, TscError> {
         )));
     }
     Ok(msrs.as_slice()[0].data)
+}
+
+/// Writes one MSR through KVM_SET_MSRS (a host-initiated write).
+pub fn set_msr(vcpu: &VcpuFd, index: u32, data: u64) -> Result<(), TscError> {
+    let msrs = Msrs::from_entries(&[kvm_msr_entry {
+        index,
+        data,
+        ..Default::default()
+    }])
+    .map_err(|e| TscError::SetMsrs(format!("{e:?}")))?;
+    let n = vcpu
+        .set_msrs(&msrs)
+        .map_err(|e| TscError::SetMsrs(e.to_string()))?;
+    if n != 1 {
+        return Err(TscError::SetMsrs(format!(
+            "MSR {index:#x} not written (KVM processed {n} of 1)"
+        )));
+    }
+    Ok(())
 }
 
 /// Reads IA32_TSC_ADJUST only.

@@ -34,6 +34,10 @@ pub enum Command {
     Readback,
     /// Read IA32_TSC_ADJUST only.
     ReadAdjust,
+    /// Read one MSR through KVM_GET_MSRS (the vCPU is parked).
+    GetMsr(u32),
+    /// Write one MSR through KVM_SET_MSRS, as the host (the vCPU is parked).
+    SetMsr(u32, u64),
     /// Leave the thread.
     Stop,
 }
@@ -41,7 +45,8 @@ pub enum Command {
 /// What a vCPU thread reports.
 #[derive(Debug)]
 pub enum Event {
-    /// The guest finished round `round` and is parked.
+    /// The guest finished round `round` (or, in command mode, command number
+    /// `round`) and is parked.
     RoundDone {
         /// The vCPU.
         vcpu: u32,
@@ -65,6 +70,16 @@ pub enum Event {
         /// The vCPU.
         vcpu: u32,
         /// IA32_TSC_ADJUST, or why it could not be read.
+        value: Result<u64, TscError>,
+    },
+    /// The answer to [`Command::GetMsr`] and [`Command::SetMsr`] (the value
+    /// read, or the value written).
+    Msr {
+        /// The vCPU.
+        vcpu: u32,
+        /// The MSR.
+        index: u32,
+        /// The value, or why the access failed.
         value: Result<u64, TscError>,
     },
     /// The vCPU stopped with an error; the thread has ended.
@@ -358,6 +373,22 @@ impl VcpuThread {
                     },
                     false,
                 ),
+                Command::GetMsr(index) => (
+                    Event::Msr {
+                        vcpu: self.index,
+                        index,
+                        value: tsc::get_msr(&self.fd, index),
+                    },
+                    false,
+                ),
+                Command::SetMsr(index, value) => (
+                    Event::Msr {
+                        vcpu: self.index,
+                        index,
+                        value: tsc::set_msr(&self.fd, index, value).map(|()| value),
+                    },
+                    false,
+                ),
                 Command::Run => match self.run_guest() {
                     Outcome::Park(e) => (e, false),
                     Outcome::End(e) => (e, true),
@@ -487,7 +518,12 @@ impl VcpuThread {
         let expected_len = if port == ports::CONSOLE { 1 } else { 4 };
         let known = matches!(
             port,
-            ports::CONSOLE | ports::ROUND_DONE | ports::DONE | ports::PANIC | ports::EXCEPTION
+            ports::CONSOLE
+                | ports::ROUND_DONE
+                | ports::COMMAND_DONE
+                | ports::DONE
+                | ports::PANIC
+                | ports::EXCEPTION
         );
         if !known || len != expected_len {
             let regs = self.regs();
@@ -501,7 +537,7 @@ impl VcpuThread {
                 self.console_byte(value as u8);
                 None
             }
-            ports::ROUND_DONE => Some(Outcome::Park(Event::RoundDone {
+            ports::ROUND_DONE | ports::COMMAND_DONE => Some(Outcome::Park(Event::RoundDone {
                 vcpu: self.index,
                 round: value,
             })),

@@ -4,7 +4,9 @@ use std::fmt;
 
 use kvm_bindings::{kvm_userspace_memory_region, KVM_MAX_CPUID_ENTRIES};
 use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
-use tsc_contract::{layout, Config, Variant, CONFIG_MAGIC, CONTRACT_VERSION};
+use tsc_contract::{
+    layout, CommandSlot, Config, Variant, COMMAND_SLOT_SIZE, CONFIG_MAGIC, CONTRACT_VERSION,
+};
 use tsc_rendezvous_algo::SHARED_SIZE;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
@@ -97,12 +99,14 @@ pub fn open_kvm() -> Result<Kvm, VmError> {
 }
 
 impl Vm {
-    /// Creates a VM for `vcpus` vCPUs running `image`, first round `variant`.
+    /// Creates a VM for `vcpus` vCPUs running `image`, first round `variant`,
+    /// with `CONFIG_*` `flags` (e.g. command mode).
     pub fn new(
         kvm: Kvm,
         vcpus: u32,
         rounds: u32,
         variant: Variant,
+        flags: u32,
         image: &[u8],
     ) -> Result<Vm, VmError> {
         for (cap, name) in [
@@ -163,7 +167,7 @@ impl Vm {
             vcpus,
             rounds,
             variant: variant as u32,
-            flags: 0,
+            flags,
         };
         write_config(&mem, &config)?;
         reset_rendezvous(&mem)?;
@@ -241,4 +245,42 @@ pub fn reset_rendezvous(mem: &GuestMemoryMmap) -> Result<(), VmError> {
 /// Reads the rendezvous semaphore (for diagnostics).
 pub fn read_semaphore(mem: &GuestMemoryMmap) -> Option<u32> {
     mem.read_obj(GuestAddress(layout::RENDEZVOUS)).ok()
+}
+
+/// Writes vCPU `index`'s command slot (the vCPU must be parked).
+pub fn write_command(mem: &GuestMemoryMmap, index: u32, c: &CommandSlot) -> Result<(), VmError> {
+    let mut bytes = Vec::with_capacity(COMMAND_SLOT_SIZE);
+    bytes.extend_from_slice(&c.op.to_le_bytes());
+    bytes.extend_from_slice(&c.arg.to_le_bytes());
+    bytes.extend_from_slice(&c.value.to_le_bytes());
+    bytes.extend_from_slice(&c.result_a.to_le_bytes());
+    bytes.extend_from_slice(&c.result_b.to_le_bytes());
+    mem.write_slice(&bytes, GuestAddress(layout::command(index)))
+        .map_err(mem_err)
+}
+
+/// Reads vCPU `index`'s command slot.
+pub fn read_command(mem: &GuestMemoryMmap, index: u32) -> Result<CommandSlot, VmError> {
+    let mut b = [0u8; COMMAND_SLOT_SIZE];
+    mem.read_slice(&mut b, GuestAddress(layout::command(index)))
+        .map_err(mem_err)?;
+    let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    let u64_at = |o: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[o..o + 8]);
+        u64::from_le_bytes(a)
+    };
+    Ok(CommandSlot {
+        op: u32_at(0),
+        arg: u32_at(4),
+        value: u64_at(8),
+        result_a: u64_at(16),
+        result_b: u64_at(24),
+    })
+}
+
+/// Zeroes the warp test's shared state (all vCPUs must be parked).
+pub fn reset_warp(mem: &GuestMemoryMmap) -> Result<(), VmError> {
+    mem.write_slice(&[0u8; 64], GuestAddress(layout::WARP))
+        .map_err(mem_err)
 }

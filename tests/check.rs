@@ -1,0 +1,272 @@
+//! `check` on /dev/kvm: the verdicts this host must get, the JSON against its
+//! schema, the JUnit file's required elements, thresholds and baselines.
+//!
+//! Expectations follow the host: on PVM checks 2-4 FAIL with the PVM reason
+//! (a true finding), 1 and 5 PASS; on real KVM (VMX/SVM, Linux >= 5.16) checks
+//! 1-5 PASS. Skipped without /dev/kvm unless `CI` is set.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn kvm_or_skip() -> bool {
+    let ok = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    if !ok {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set but /dev/kvm is not usable: the KVM tests must run in CI");
+        }
+        eprintln!("skipping: /dev/kvm is not usable (set CI to make this a failure)");
+    }
+    ok
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("tsc-check-{}-{name}", std::process::id()))
+}
+
+fn check(args: &[&str]) -> (Output, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+        .arg("check")
+        .args(["--rounds", "20", "--warp-iterations", "2000", "--json"])
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    let doc = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out, doc)
+}
+
+fn verdict<'a>(doc: &'a Value, id: &str) -> &'a str {
+    doc["checks"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["id"] == id))
+        .and_then(|c| c["verdict"].as_str())
+        .unwrap_or("missing")
+}
+
+fn reason<'a>(doc: &'a Value, id: &str) -> &'a str {
+    doc["checks"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["id"] == id))
+        .and_then(|c| c["reason"].as_str())
+        .unwrap_or("")
+}
+
+#[test]
+fn verdicts_match_the_host_and_every_format_is_well_formed() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let junit = tmp("junit.xml");
+    let (out, doc) = check(&["--junit", junit.to_str().unwrap_or("junit.xml")]);
+
+    let schema: Value =
+        serde_json::from_str(include_str!("../vmm/schema/check-v1.json")).expect("schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+
+    let ids: Vec<&str> = doc["checks"]
+        .as_array()
+        .map(|cs| cs.iter().filter_map(|c| c["id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        ids,
+        [
+            "same-start",
+            "tsc-msrs",
+            "adjust-equals-offset",
+            "writes-honoured",
+            "warp",
+            "skew-threshold"
+        ]
+    );
+
+    let flavor = doc["environment"]["kvm_flavor"].as_str().unwrap_or("");
+    let attr = doc["environment"]["tsc_offset_attr"] == Value::Bool(true);
+    match flavor {
+        "pvm" => {
+            assert_eq!(verdict(&doc, "same-start"), "PASS");
+            for id in ["tsc-msrs", "adjust-equals-offset", "writes-honoured"] {
+                assert_eq!(verdict(&doc, id), "FAIL", "{id}");
+                assert!(
+                    reason(&doc, id).starts_with("the hypervisor ignores TSC offset changes (PVM)"),
+                    "{id}: {}",
+                    reason(&doc, id)
+                );
+            }
+            assert_eq!(verdict(&doc, "warp"), "PASS");
+            assert_eq!(out.status.code(), Some(1), "a failed check exits 1");
+            assert_eq!(doc["ok"], Value::Bool(false));
+        }
+        "vmx" | "svm" if attr => {
+            for id in [
+                "same-start",
+                "tsc-msrs",
+                "adjust-equals-offset",
+                "writes-honoured",
+                "warp",
+            ] {
+                assert_eq!(verdict(&doc, id), "PASS", "{id}: {}", reason(&doc, id));
+            }
+            assert_eq!(out.status.code(), Some(0));
+        }
+        _ => {}
+    }
+    assert_eq!(verdict(&doc, "skew-threshold"), "SKIP", "no limit given");
+
+    // The JUnit file: the elements and attributes JUnit consumers require.
+    let xml = std::fs::read_to_string(&junit).expect("JUnit file written");
+    let _ = std::fs::remove_file(&junit);
+    let tree = roxmltree::Document::parse(&xml).expect("well-formed XML");
+    let root = tree.root_element();
+    assert_eq!(root.tag_name().name(), "testsuites");
+    let suites: Vec<_> = root
+        .children()
+        .filter(|n| n.has_tag_name("testsuite"))
+        .collect();
+    assert_eq!(suites.len(), 1);
+    let suite = suites[0];
+    for attr in ["name", "tests", "failures", "errors", "skipped", "time"] {
+        assert!(suite.attribute(attr).is_some(), "testsuite lacks {attr}");
+    }
+    let cases: Vec<_> = suite
+        .children()
+        .filter(|n| n.has_tag_name("testcase"))
+        .collect();
+    assert_eq!(cases.len(), 6);
+    assert_eq!(suite.attribute("tests"), Some("6"));
+    let failures = cases
+        .iter()
+        .filter(|c| c.children().any(|n| n.has_tag_name("failure")))
+        .count();
+    let skipped = cases
+        .iter()
+        .filter(|c| c.children().any(|n| n.has_tag_name("skipped")))
+        .count();
+    assert_eq!(
+        suite.attribute("failures"),
+        Some(failures.to_string().as_str())
+    );
+    assert_eq!(
+        suite.attribute("skipped"),
+        Some(skipped.to_string().as_str())
+    );
+    assert_eq!(
+        failures as u64,
+        doc["counts"]["failed"].as_u64().unwrap_or(99)
+    );
+    for c in &cases {
+        assert!(c.attribute("name").is_some() && c.attribute("classname").is_some());
+        if let Some(f) = c.children().find(|n| n.has_tag_name("failure")) {
+            let msg = f.attribute("message").unwrap_or("");
+            assert!(msg.starts_with("FAIL: "), "{msg}");
+        }
+    }
+    let props = suite
+        .children()
+        .find(|n| n.has_tag_name("properties"))
+        .expect("environment properties");
+    let names: Vec<&str> = props
+        .children()
+        .filter_map(|p| p.attribute("name"))
+        .collect();
+    for n in [
+        "kernel_release",
+        "kvm_flavor",
+        "cpu_model",
+        "clocksource",
+        "KVM_CAP_TSC_CONTROL",
+    ] {
+        assert!(names.contains(&n), "property {n} missing");
+    }
+}
+
+#[test]
+fn skew_limits_decide_check_6() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let (_, loose) = check(&["--vcpus", "2", "--max-skew-cycles", "1000000000000"]);
+    assert_eq!(
+        verdict(&loose, "skew-threshold"),
+        "PASS",
+        "{}",
+        reason(&loose, "skew-threshold")
+    );
+    let (_, tight) = check(&["--vcpus", "2", "--max-skew-cycles", "1"]);
+    // Two vCPUs never handle their writes within one cycle of each other.
+    assert_eq!(
+        verdict(&tight, "skew-threshold"),
+        "FAIL",
+        "{}",
+        reason(&tight, "skew-threshold")
+    );
+    assert!(reason(&tight, "skew-threshold").contains("> 1"));
+}
+
+#[test]
+fn a_baseline_flags_worse_verdicts_and_accepts_equal_ones() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let (first, base) = check(&[]);
+    let base_path = tmp("base.json");
+    std::fs::write(&base_path, &first.stdout).expect("write baseline");
+
+    // The same host against itself: nothing regresses, the exit code is the
+    // one the verdicts alone give.
+    let (again, doc) = check(&["--baseline", base_path.to_str().unwrap_or("")]);
+    assert_eq!(
+        doc["counts"]["regressed"],
+        0,
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    assert_eq!(again.status.code(), first.status.code());
+
+    // A baseline in which every check passed: whatever fails now regressed.
+    let mut better = base.clone();
+    if let Some(cs) = better["checks"].as_array_mut() {
+        for c in cs {
+            c["verdict"] = Value::String("PASS".into());
+        }
+    }
+    let better_path = tmp("better.json");
+    std::fs::write(&better_path, better.to_string()).expect("write baseline");
+    let (worse, doc) = check(&["--baseline", better_path.to_str().unwrap_or("")]);
+    let not_passing = doc["checks"]
+        .as_array()
+        .map(|cs| cs.iter().filter(|c| c["verdict"] != "PASS").count())
+        .unwrap_or(0);
+    assert_eq!(
+        doc["counts"]["regressed"].as_u64(),
+        Some(not_passing as u64)
+    );
+    if not_passing > 0 {
+        assert_eq!(worse.status.code(), Some(1));
+    }
+
+    // A baseline that is not a check result cannot be used: exit code 2.
+    let junk = tmp("junk.json");
+    std::fs::write(&junk, "{\"schema\": \"something else\"}").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+        .args(["check", "--baseline", junk.to_str().unwrap_or("")])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("baseline"));
+    for p in [base_path, better_path, junk] {
+        let _ = std::fs::remove_file(p);
+    }
+}

@@ -1,0 +1,86 @@
+//! The readable `check` report.
+
+use std::fmt::Write as _;
+
+use super::{CheckReport, Verdict};
+
+/// Renders the report for a terminal.
+pub fn render_text(r: &CheckReport) -> String {
+    let e = &r.environment;
+    let mut out = String::new();
+    let _ = writeln!(out, "tsc-rendezvous {} check", r.tool_version);
+    let _ = writeln!(out, "\nEnvironment");
+    let _ = writeln!(out, "  kernel        {}", e.kernel_release);
+    let _ = writeln!(out, "  KVM flavour   {}", e.kvm_flavor.name());
+    if let Some(m) = &e.cpu_model {
+        let _ = writeln!(out, "  CPU           {m}");
+    }
+    let _ = writeln!(out, "  TSC flags     {}", e.cpu_tsc_flags.join(" "));
+    if let Some(c) = &e.clocksource {
+        let _ = writeln!(out, "  clocksource   {c}");
+    }
+    if let Some(k) = e.tsc_khz {
+        let _ = writeln!(out, "  TSC           {k} kHz");
+    }
+    let caps = e
+        .kvm_capabilities
+        .iter()
+        .map(|(k, v)| format!("{}={v}", k.trim_start_matches("KVM_CAP_")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let _ = writeln!(out, "  capabilities  {caps}");
+    let _ = writeln!(
+        out,
+        "  offset attr   {}   guest TSC_ADJUST {}",
+        if e.tsc_offset_attr {
+            "yes"
+        } else {
+            "no (Linux < 5.16)"
+        },
+        if e.guest_tsc_adjust { "yes" } else { "no" }
+    );
+    let o = &r.options;
+    let _ = writeln!(
+        out,
+        "\nChecks ({} vCPUs, {} rounds of {}, warp test {} iterations per vCPU)",
+        o.vcpus, o.rounds, o.variant, o.warp_iterations
+    );
+    for c in &r.checks {
+        let _ = writeln!(
+            out,
+            "  {} {}. {:<22} {}",
+            c.verdict.label(),
+            c.number,
+            c.id,
+            c.reason
+        );
+        if let Some(b) = &c.baseline {
+            let tag = if b.regressed { "REGRESSED" } else { "baseline" };
+            let _ = writeln!(out, "         {tag}: {}", b.reason);
+        }
+    }
+    let n = &r.counts;
+    let _ = writeln!(
+        out,
+        "\n{} passed, {} failed, {} skipped{}: {}",
+        n.passed,
+        n.failed,
+        n.skipped,
+        if n.regressed > 0 {
+            format!(", {} regressed", n.regressed)
+        } else {
+            String::new()
+        },
+        if r.ok { "OK" } else { "FAILED" }
+    );
+    if r.checks
+        .iter()
+        .any(|c| c.verdict == Verdict::Fail && c.reason.contains("(PVM)"))
+    {
+        let _ = writeln!(
+            out,
+            "On PVM these failures are a true finding about the hypervisor, not an error of the tool."
+        );
+    }
+    out
+}
