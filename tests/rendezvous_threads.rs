@@ -149,3 +149,57 @@ fn semaphore_is_32_bit() {
     let s = Shared::new();
     let _: &AtomicU32 = &s.semaphore;
 }
+
+/// The warp test on host threads whose TSCs differ by a known skew: the
+/// largest backwards step it reports never exceeds that skew, and with the
+/// threads interleaving under the lock it sees the skew.
+#[test]
+fn the_warp_test_sees_an_injected_skew_and_nothing_larger() {
+    use tsc_rendezvous_algo::warp::{warp_test, WarpShared};
+    const SKEW: u64 = 1 << 40;
+    let shared = Arc::new(WarpShared::new());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let handles: Vec<_> = (0..2u64)
+        .map(|i| {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                // Thread 1's TSC runs SKEW cycles ahead of thread 0's.
+                let mut sim = SimCpu {
+                    offset: i * SKEW,
+                    writes: 0,
+                    deadline,
+                };
+                warp_test(&shared, 2, 200_000, &mut sim)
+            })
+        })
+        .collect();
+    let outs: Vec<_> = handles
+        .into_iter()
+        .map(|h| h.join().expect("warp thread"))
+        .collect();
+    let max = outs.iter().map(|o| o.max_warp).max().unwrap_or(0);
+    let warps: u64 = outs.iter().map(|o| o.warps).sum();
+    assert!(
+        max <= SKEW,
+        "a step of {max} is larger than the skew {SKEW}"
+    );
+    assert!(
+        warps > 0 && max > SKEW / 2,
+        "the skew was not seen: {outs:?}"
+    );
+    // Only thread 0 (the one behind) can see time go backwards.
+    assert_eq!(outs[1].warps, 0, "{outs:?}");
+}
+
+#[test]
+fn a_single_cpu_never_warps() {
+    use tsc_rendezvous_algo::warp::{warp_test, WarpShared};
+    let shared = WarpShared::new();
+    let mut sim = SimCpu {
+        offset: 0,
+        writes: 0,
+        deadline: Instant::now() + Duration::from_secs(60),
+    };
+    let out = warp_test(&shared, 1, 10_000, &mut sim);
+    assert_eq!((out.max_warp, out.warps), (0, 0));
+}

@@ -525,6 +525,26 @@ mod tests {
     }
 
     #[test]
+    fn ops_round_trip_and_unknown_ones_are_rejected() {
+        for op in [
+            Op::Nop,
+            Op::Rdtsc,
+            Op::Rdmsr,
+            Op::Wrmsr,
+            Op::Rendezvous,
+            Op::Warp,
+            Op::Halt,
+        ] {
+            assert_eq!(Op::from_raw(op as u32), Some(op));
+        }
+        assert_eq!(Op::from_raw(7), None);
+        assert_eq!(
+            layout::command(1) - layout::command(0),
+            COMMAND_SLOT_SIZE as u64
+        );
+    }
+
+    #[test]
     fn layout_regions_do_not_overlap() {
         let regions = [
             (layout::GDT, 0x1000),

@@ -530,189 +530,23 @@ pub fn run_checks(opts: &CheckOptions) -> Result<CheckReport, RunError> {
     let after_warp = s.readback()?;
     drop(s);
 
-    // 3. TSC_ADJUST delta == offset delta.
-    let mut c3 = CheckResult::new(
-        3,
-        "adjust-equals-offset",
-        "after the rendezvous, per vCPU: TSC_ADJUST delta == offset delta, exactly",
+    let c3 = judge_adjust_equals_offset(&rounds, environment.tsc_offset_attr, flavor);
+    let c4 = judge_writes_honoured(&rounds, &tsc_after, host_elapsed, flavor);
+    let c5 = judge_warp(
+        opts.vcpus,
+        opts.warp_iterations,
+        &warp,
+        actual_skew(&after_warp),
     );
-    if !environment.tsc_offset_attr {
-        c3.set(
-            Verdict::Skip,
-            "KVM_VCPU_TSC_OFFSET is absent (Linux < 5.16): offset deltas cannot be read exactly",
-        );
-    } else {
-        let mismatches: Vec<Value> = rounds
-            .iter()
-            .flat_map(|r| r.vcpus.iter().map(move |v| (r.round, v)))
-            .filter(|(_, v)| v.offset_delta != Some(v.tsc_adjust_delta))
-            .map(|(round, v)| json!({"round": round, "vcpu": v.id, "tsc_adjust_delta": v.tsc_adjust_delta, "offset_delta": v.offset_delta}))
-            .collect();
-        c3.value("comparisons", rounds.len() * opts.vcpus as usize);
-        c3.value("mismatches", mismatches.len());
-        if let Some(first) = mismatches.first() {
-            c3.value("first_mismatch", first);
-            let pvm = if flavor == KvmFlavor::Pvm {
-                format!("{PVM_REASON}: ")
-            } else {
-                String::new()
-            };
-            c3.set(
-                Verdict::Fail,
-                format!(
-                    "{pvm}{} of {} deltas differ, e.g. round {} vCPU {}: offset moved by {}, TSC_ADJUST by {}",
-                    mismatches.len(),
-                    rounds.len() * opts.vcpus as usize,
-                    first["round"], first["vcpu"], first["offset_delta"], first["tsc_adjust_delta"]
-                ),
-            );
-        } else {
-            c3.set(
-                Verdict::Pass,
-                format!("all {} deltas equal", rounds.len() * opts.vcpus as usize),
-            );
-        }
-    }
-
-    // 4. Writes honoured: KVM's evidence, the guest's own, and a fresh read.
-    let mut c4 = CheckResult::new(
-        4,
-        "writes-honoured",
-        "after the rendezvous the guest's TSCs read the written value plus elapsed time",
+    let skew = summarize(rounds.iter().map(|r| r.skew_cycles as f64))
+        .as_ref()
+        .map(|s| skew_stats(s, tsc_khz));
+    let c6 = judge_skew_threshold(
+        &rounds,
+        skew.as_ref(),
+        opts.max_skew_ns,
+        opts.max_skew_cycles,
     );
-    let last_written = rounds
-        .last()
-        .and_then(|r| r.vcpus.first())
-        .map_or(0, |v| v.written_value);
-    let not_honoured = rounds
-        .iter()
-        .filter(|r| r.writes_honoured != Some(true))
-        .count();
-    let no_jump = rounds
-        .iter()
-        .flat_map(|r| &r.vcpus)
-        .filter(|v| v.guest_saw_jump == Some(false))
-        .count();
-    let read_ok = tsc_after.iter().all(|&t| {
-        let since = t.wrapping_sub(last_written);
-        since <= host_elapsed.saturating_mul(4).max(1)
-    });
-    c4.value("rounds_not_honoured", not_honoured);
-    c4.value("vcpu_rounds_without_jump", no_jump);
-    c4.value("last_written_value", last_written);
-    c4.value("guest_tsc_after", &tsc_after);
-    c4.value("host_cycles_since_last_round", host_elapsed);
-    if not_honoured == 0 && no_jump == 0 && read_ok {
-        c4.set(
-            Verdict::Pass,
-            format!(
-                "in all {} rounds every vCPU's TSC jumped to the written value and ran on from it",
-                rounds.len()
-            ),
-        );
-    } else {
-        let pvm = if flavor == KvmFlavor::Pvm {
-            format!("{PVM_REASON}: ")
-        } else {
-            String::new()
-        };
-        c4.set(
-            Verdict::Fail,
-            format!(
-                "{pvm}{not_honoured} of {} rounds not honoured, {no_jump} vCPU-rounds without a TSC jump{}",
-                rounds.len(),
-                if read_ok { "" } else { ", a later guest read is not the written value plus elapsed time" }
-            ),
-        );
-    }
-
-    // 5. Warp test.
-    let mut c5 = CheckResult::new(
-        5,
-        "warp",
-        "guest-visible lock-ordered warp test: largest backwards step <= measured skew",
-    );
-    let max_warp = warp.iter().map(|w| w.0).max().unwrap_or(0);
-    let warps: u64 = warp.iter().map(|w| w.1).sum();
-    let (skew_now, skew_err, how) = actual_skew(&after_warp);
-    c5.value("max_warp_cycles", max_warp);
-    c5.value("warps", warps);
-    c5.value("iterations_per_vcpu", opts.warp_iterations);
-    c5.value("skew_cycles", skew_now);
-    c5.value("skew_error_cycles", skew_err);
-    c5.value("skew_method", how);
-    if opts.vcpus < 2 {
-        c5.set(Verdict::Skip, "one vCPU: nothing to warp against");
-    } else if max_warp <= skew_now.saturating_add(skew_err) {
-        c5.set(Verdict::Pass, format!("largest backwards step {max_warp} cycles ({warps} steps) <= skew {skew_now} ± {skew_err} ({how})"));
-    } else {
-        c5.set(Verdict::Fail, format!("the guest saw its TSC go back by {max_warp} cycles, more than the measured skew {skew_now} ± {skew_err} ({how})"));
-    }
-
-    // 6. Skew threshold.
-    let mut c6 = CheckResult::new(
-        6,
-        "skew-threshold",
-        "median and p99 skew over the rounds within --max-skew-ns / --max-skew-cycles",
-    );
-    let skew_sum = summarize(rounds.iter().map(|r| r.skew_cycles as f64));
-    let skew = skew_sum.as_ref().map(|s| skew_stats(s, tsc_khz));
-    if let Some(st) = &skew {
-        c6.value("median_cycles", st.median_cycles);
-        c6.value("p99_cycles", st.p99_cycles);
-        c6.value("median_ns", st.median_ns);
-        c6.value("p99_ns", st.p99_ns);
-        c6.value("rounds", rounds.len());
-        c6.value(
-            "writes_honoured",
-            rounds.iter().all(|r| r.writes_honoured == Some(true)),
-        );
-    }
-    match (&skew, opts.max_skew_ns, opts.max_skew_cycles) {
-        (_, None, None) => c6.set(
-            Verdict::Skip,
-            "no limit given (--max-skew-ns or --max-skew-cycles)",
-        ),
-        (None, _, _) => c6.set(Verdict::Skip, "no rounds ran"),
-        (Some(st), ns, cyc) => {
-            let mut over = Vec::new();
-            if let Some(limit) = cyc {
-                for (what, v) in [("median", st.median_cycles), ("p99", st.p99_cycles)] {
-                    if v > limit as f64 {
-                        over.push(format!("{what} {v:.0} cycles > {limit}"));
-                    }
-                }
-            }
-            if let Some(limit) = ns {
-                match (st.median_ns, st.p99_ns) {
-                    (Some(m), Some(p)) => {
-                        for (what, v) in [("median", m), ("p99", p)] {
-                            if v > limit {
-                                over.push(format!("{what} {v:.0} ns > {limit}"));
-                            }
-                        }
-                    }
-                    _ => over.push("no TSC frequency to convert to ns".into()),
-                }
-            }
-            let note = if rounds.iter().all(|r| r.writes_honoured == Some(false)) {
-                " (the would-be skew: the writes were ignored)"
-            } else {
-                ""
-            };
-            if over.is_empty() {
-                c6.set(
-                    Verdict::Pass,
-                    format!(
-                        "median {:.0} and p99 {:.0} cycles within the limits{note}",
-                        st.median_cycles, st.p99_cycles
-                    ),
-                );
-            } else {
-                c6.set(Verdict::Fail, format!("{}{note}", over.join(", ")));
-            }
-        }
-    }
 
     // 2. The selftest table, on its own one-vCPU VM.
     let mut c2 = CheckResult::new(
@@ -735,6 +569,251 @@ pub fn run_checks(opts: &CheckOptions) -> Result<CheckReport, RunError> {
     };
     report.tally();
     Ok(report)
+}
+
+fn pvm_prefix(flavor: KvmFlavor) -> String {
+    if flavor == KvmFlavor::Pvm {
+        format!("{PVM_REASON}: ")
+    } else {
+        String::new()
+    }
+}
+
+/// Check 3 from the rounds: every vCPU's TSC_ADJUST delta equals its offset
+/// delta, exactly.
+pub fn judge_adjust_equals_offset(
+    rounds: &[RoundResult],
+    offset_attr: bool,
+    flavor: KvmFlavor,
+) -> CheckResult {
+    let mut c = CheckResult::new(
+        3,
+        "adjust-equals-offset",
+        "after the rendezvous, per vCPU: TSC_ADJUST delta == offset delta, exactly",
+    );
+    if !offset_attr {
+        c.set(
+            Verdict::Skip,
+            "KVM_VCPU_TSC_OFFSET is absent (Linux < 5.16): offset deltas cannot be read exactly",
+        );
+        return c;
+    }
+    let total: usize = rounds.iter().map(|r| r.vcpus.len()).sum();
+    let mismatches: Vec<Value> = rounds
+        .iter()
+        .flat_map(|r| r.vcpus.iter().map(move |v| (r.round, v)))
+        .filter(|(_, v)| v.offset_delta != Some(v.tsc_adjust_delta))
+        .map(|(round, v)| {
+            json!({"round": round, "vcpu": v.id, "tsc_adjust_delta": v.tsc_adjust_delta,
+                   "offset_delta": v.offset_delta})
+        })
+        .collect();
+    c.value("comparisons", total);
+    c.value("mismatches", mismatches.len());
+    match mismatches.first() {
+        _ if total == 0 => c.set(Verdict::Skip, "no rounds ran"),
+        Some(first) => {
+            c.value("first_mismatch", first);
+            c.set(
+                Verdict::Fail,
+                format!(
+                    "{}{} of {total} deltas differ, e.g. round {} vCPU {}: offset moved by {}, \
+                     TSC_ADJUST by {}",
+                    pvm_prefix(flavor),
+                    mismatches.len(),
+                    first["round"],
+                    first["vcpu"],
+                    first["offset_delta"],
+                    first["tsc_adjust_delta"]
+                ),
+            );
+        }
+        None => c.set(Verdict::Pass, format!("all {total} deltas equal")),
+    }
+    c
+}
+
+/// Check 4 from the rounds and a guest TSC read taken `host_elapsed` host
+/// cycles after the last round started: every write took effect, no guest
+/// saw its TSC not jump, and the later reads are the last written value plus
+/// (at most a few times) the elapsed time.
+pub fn judge_writes_honoured(
+    rounds: &[RoundResult],
+    tsc_after: &[u64],
+    host_elapsed: u64,
+    flavor: KvmFlavor,
+) -> CheckResult {
+    let mut c = CheckResult::new(
+        4,
+        "writes-honoured",
+        "after the rendezvous the guest's TSCs read the written value plus elapsed time",
+    );
+    if rounds.is_empty() {
+        c.set(Verdict::Skip, "no rounds ran");
+        return c;
+    }
+    let last_written = rounds
+        .last()
+        .and_then(|r| r.vcpus.first())
+        .map_or(0, |v| v.written_value);
+    let not_honoured = rounds
+        .iter()
+        .filter(|r| r.writes_honoured != Some(true))
+        .count();
+    let no_jump = rounds
+        .iter()
+        .flat_map(|r| &r.vcpus)
+        .filter(|v| v.guest_saw_jump == Some(false))
+        .count();
+    // Scaled TSCs may run faster than the host's: allow a factor of 4.
+    let bound = host_elapsed.saturating_mul(4).max(1);
+    let read_ok = tsc_after
+        .iter()
+        .all(|&t| t.wrapping_sub(last_written) <= bound);
+    c.value("rounds_not_honoured", not_honoured);
+    c.value("vcpu_rounds_without_jump", no_jump);
+    c.value("last_written_value", last_written);
+    c.value("guest_tsc_after", tsc_after);
+    c.value("host_cycles_since_last_round", host_elapsed);
+    if not_honoured == 0 && no_jump == 0 && read_ok {
+        c.set(
+            Verdict::Pass,
+            format!(
+                "in all {} rounds every vCPU's TSC jumped to the written value and ran on from it",
+                rounds.len()
+            ),
+        );
+    } else {
+        c.set(
+            Verdict::Fail,
+            format!(
+                "{}{not_honoured} of {} rounds not honoured, {no_jump} vCPU-rounds without a TSC jump{}",
+                pvm_prefix(flavor),
+                rounds.len(),
+                if read_ok {
+                    ""
+                } else {
+                    ", a later guest read is not the written value plus elapsed time"
+                }
+            ),
+        );
+    }
+    c
+}
+
+/// Check 5 from the warp test's per-vCPU (largest step, steps) and the
+/// actual skew (skew, error, method) measured after it.
+pub fn judge_warp(
+    vcpus: u32,
+    iterations: u64,
+    warp: &[(u64, u64)],
+    (skew, err, how): (u64, u64, &'static str),
+) -> CheckResult {
+    let mut c = CheckResult::new(
+        5,
+        "warp",
+        "guest-visible lock-ordered warp test: largest backwards step <= measured skew",
+    );
+    let max_warp = warp.iter().map(|w| w.0).max().unwrap_or(0);
+    let warps: u64 = warp.iter().map(|w| w.1).sum();
+    c.value("max_warp_cycles", max_warp);
+    c.value("warps", warps);
+    c.value("iterations_per_vcpu", iterations);
+    c.value("skew_cycles", skew);
+    c.value("skew_error_cycles", err);
+    c.value("skew_method", how);
+    if vcpus < 2 {
+        c.set(Verdict::Skip, "one vCPU: nothing to warp against");
+    } else if max_warp <= skew.saturating_add(err) {
+        c.set(
+            Verdict::Pass,
+            format!(
+                "largest backwards step {max_warp} cycles ({warps} steps) <= skew {skew} ± {err} ({how})"
+            ),
+        );
+    } else {
+        c.set(
+            Verdict::Fail,
+            format!(
+                "the guest saw its TSC go back by {max_warp} cycles, more than the measured skew \
+                 {skew} ± {err} ({how})"
+            ),
+        );
+    }
+    c
+}
+
+/// Check 6: median and p99 skew against the limits given (SKIP without one).
+pub fn judge_skew_threshold(
+    rounds: &[RoundResult],
+    skew: Option<&SkewStats>,
+    max_ns: Option<f64>,
+    max_cycles: Option<u64>,
+) -> CheckResult {
+    let mut c = CheckResult::new(
+        6,
+        "skew-threshold",
+        "median and p99 skew over the rounds within --max-skew-ns / --max-skew-cycles",
+    );
+    if let Some(st) = skew {
+        c.value("median_cycles", st.median_cycles);
+        c.value("p99_cycles", st.p99_cycles);
+        c.value("median_ns", st.median_ns);
+        c.value("p99_ns", st.p99_ns);
+        c.value("rounds", rounds.len());
+        c.value(
+            "writes_honoured",
+            rounds.iter().all(|r| r.writes_honoured == Some(true)),
+        );
+    }
+    let Some(st) = skew else {
+        c.set(Verdict::Skip, "no rounds ran");
+        return c;
+    };
+    if max_ns.is_none() && max_cycles.is_none() {
+        c.set(
+            Verdict::Skip,
+            "no limit given (--max-skew-ns or --max-skew-cycles)",
+        );
+        return c;
+    }
+    let mut over = Vec::new();
+    if let Some(limit) = max_cycles {
+        for (what, v) in [("median", st.median_cycles), ("p99", st.p99_cycles)] {
+            if v > limit as f64 {
+                over.push(format!("{what} {v:.0} cycles > {limit}"));
+            }
+        }
+    }
+    if let Some(limit) = max_ns {
+        match (st.median_ns, st.p99_ns) {
+            (Some(m), Some(p)) => {
+                for (what, v) in [("median", m), ("p99", p)] {
+                    if v > limit {
+                        over.push(format!("{what} {v:.0} ns > {limit}"));
+                    }
+                }
+            }
+            _ => over.push("no TSC frequency to convert to ns".into()),
+        }
+    }
+    let note = if rounds.iter().all(|r| r.writes_honoured == Some(false)) {
+        " (the would-be skew: the writes were ignored)"
+    } else {
+        ""
+    };
+    if over.is_empty() {
+        c.set(
+            Verdict::Pass,
+            format!(
+                "median {:.0} and p99 {:.0} cycles within the limits{note}",
+                st.median_cycles, st.p99_cycles
+            ),
+        );
+    } else {
+        c.set(Verdict::Fail, format!("{}{note}", over.join(", ")));
+    }
+    c
 }
 
 /// The actual skew now: from the offsets (exact) when available, else the
@@ -766,6 +845,173 @@ fn skew_stats(s: &Summary, tsc_khz: Option<u32>) -> SkewStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn vcpu(
+        id: u32,
+        adj: i64,
+        off: Option<i64>,
+        jump: Option<bool>,
+    ) -> crate::analysis::VcpuResult {
+        crate::analysis::VcpuResult {
+            id,
+            tsc_adjust_delta: adj,
+            guest_adjust_delta: Some(adj),
+            offset_delta: off,
+            written_value: 5_000,
+            tsc_first: 4_000,
+            tsc_before_write: 4_500,
+            tsc_after_loop: 5_100,
+            tsc_at_write: 4_600,
+            write_latency_cycles: 100,
+            exit_latency_cycles: 100,
+            write_honoured: off.map(|o| o == adj),
+            guest_saw_jump: jump,
+            rel_offset_adjust: 0,
+            rel_offset_attr: None,
+            rel_offset_bracket: 0,
+            rel_offset_bracket_error: 0,
+            tsc_khz: 1_000_000,
+        }
+    }
+
+    fn round(
+        vcpus: Vec<crate::analysis::VcpuResult>,
+        honoured: Option<bool>,
+        skew: u64,
+    ) -> RoundResult {
+        RoundResult {
+            round: 0,
+            variant: "xen-head".into(),
+            skew_cycles: skew,
+            skew_cycles_attr: None,
+            skew_cycles_bracket: 0,
+            skew_cycles_bracket_error: 0,
+            writes_honoured: honoured,
+            cpu0_exit_latency_cycles: 100,
+            disagreements: vec![],
+            vcpus,
+        }
+    }
+
+    #[test]
+    fn check_3_passes_only_on_exact_equality_and_names_pvm() {
+        let good = [round(
+            vec![
+                vcpu(0, -400, Some(-400), None),
+                vcpu(1, -300, Some(-300), None),
+            ],
+            Some(true),
+            100,
+        )];
+        assert_eq!(
+            judge_adjust_equals_offset(&good, true, KvmFlavor::Vmx).verdict,
+            Verdict::Pass
+        );
+        let off_by_one = [round(vec![vcpu(0, -400, Some(-399), None)], None, 0)];
+        assert_eq!(
+            judge_adjust_equals_offset(&off_by_one, true, KvmFlavor::Vmx).verdict,
+            Verdict::Fail
+        );
+        let ignored = [round(vec![vcpu(0, -400, Some(0), None)], Some(false), 0)];
+        let c = judge_adjust_equals_offset(&ignored, true, KvmFlavor::Pvm);
+        assert_eq!(c.verdict, Verdict::Fail);
+        assert!(c.reason.starts_with(PVM_REASON), "{}", c.reason);
+        assert_eq!(
+            judge_adjust_equals_offset(&good, false, KvmFlavor::Vmx).verdict,
+            Verdict::Skip
+        );
+    }
+
+    #[test]
+    fn check_4_needs_honoured_writes_jumps_and_a_plausible_later_read() {
+        let r = [round(
+            vec![vcpu(0, -400, Some(-400), Some(true))],
+            Some(true),
+            0,
+        )];
+        assert_eq!(
+            judge_writes_honoured(&r, &[5_500], 1_000, KvmFlavor::Svm).verdict,
+            Verdict::Pass
+        );
+        // The later read is below the value written: the TSC did not move.
+        assert_eq!(
+            judge_writes_honoured(&r, &[4_000], 1_000, KvmFlavor::Svm).verdict,
+            Verdict::Fail
+        );
+        // Far beyond the elapsed time: not "written value plus elapsed time".
+        assert_eq!(
+            judge_writes_honoured(&r, &[5_000 + 10_000], 1_000, KvmFlavor::Svm).verdict,
+            Verdict::Fail
+        );
+        let no_jump = [round(
+            vec![vcpu(0, -400, Some(-400), Some(false))],
+            Some(true),
+            0,
+        )];
+        assert_eq!(
+            judge_writes_honoured(&no_jump, &[5_500], 1_000, KvmFlavor::Svm).verdict,
+            Verdict::Fail
+        );
+        let pvm = [round(vec![vcpu(0, -400, Some(0), None)], Some(false), 0)];
+        let c = judge_writes_honoured(&pvm, &[5_500], 1_000, KvmFlavor::Pvm);
+        assert!(c.verdict == Verdict::Fail && c.reason.starts_with(PVM_REASON));
+    }
+
+    #[test]
+    fn check_5_compares_the_warp_with_the_skew_and_its_error() {
+        let skew = (1_000, 50, "test");
+        assert_eq!(
+            judge_warp(2, 10, &[(1_050, 3), (0, 0)], skew).verdict,
+            Verdict::Pass
+        );
+        assert_eq!(
+            judge_warp(2, 10, &[(1_051, 1), (0, 0)], skew).verdict,
+            Verdict::Fail
+        );
+        assert_eq!(judge_warp(1, 10, &[(0, 0)], skew).verdict, Verdict::Skip);
+    }
+
+    #[test]
+    fn check_6_applies_both_limits_to_median_and_p99() {
+        let rounds = [round(vec![], Some(true), 2_000)];
+        let st = SkewStats {
+            median_cycles: 2_000.0,
+            p99_cycles: 9_000.0,
+            median_ns: Some(1_000.0),
+            p99_ns: Some(4_500.0),
+        };
+        assert_eq!(
+            judge_skew_threshold(&rounds, Some(&st), None, None).verdict,
+            Verdict::Skip
+        );
+        assert_eq!(
+            judge_skew_threshold(&rounds, Some(&st), None, Some(9_000)).verdict,
+            Verdict::Pass
+        );
+        let c = judge_skew_threshold(&rounds, Some(&st), None, Some(8_999));
+        assert!(
+            c.verdict == Verdict::Fail && c.reason.contains("p99"),
+            "{}",
+            c.reason
+        );
+        assert_eq!(
+            judge_skew_threshold(&rounds, Some(&st), Some(4_500.0), None).verdict,
+            Verdict::Pass
+        );
+        assert_eq!(
+            judge_skew_threshold(&rounds, Some(&st), Some(999.0), None).verdict,
+            Verdict::Fail
+        );
+        let no_khz = SkewStats {
+            median_ns: None,
+            p99_ns: None,
+            ..st
+        };
+        assert_eq!(
+            judge_skew_threshold(&rounds, Some(&no_khz), Some(1e9), None).verdict,
+            Verdict::Fail
+        );
+    }
 
     #[test]
     fn units_round_to_the_nearest_and_keep_the_sign() {
