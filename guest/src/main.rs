@@ -18,8 +18,8 @@ mod rt;
 
 use core::ptr::{read_volatile, write_volatile};
 use tsc_contract::{
-    layout, ports, Config, PanicCode, RoundRecord, Variant, CONFIG_MAGIC, CONTRACT_VERSION,
-    RECORD_HAS_TSC_ADJUST, RECORD_MAGIC,
+    layout, ports, progress_word, Config, Inject, PanicCode, RoundRecord, Variant, CONFIG_MAGIC,
+    CONTRACT_VERSION, PROGRESS_PAST_LOOP, RECORD_HAS_TSC_ADJUST, RECORD_MAGIC,
 };
 use tsc_rendezvous_algo::{rendezvous, Shared};
 
@@ -54,6 +54,18 @@ extern "C" fn guest_main(index: u64) -> ! {
         rt::fail(PanicCode::BadConfig, b"vCPU index or count out of range");
     }
     let index = index as u32;
+    let Some(inject) = Inject::from_raw(config.inject_kind) else {
+        rt::fail(PanicCode::BadConfig, b"unknown fault injection kind");
+    };
+    let targeted = inject != Inject::None && config.inject_vcpu == index;
+    let in_loop = matches!(inject, Inject::Stall | Inject::TripleFault | Inject::Panic);
+    if targeted && in_loop && config.inject_iteration >= PROGRESS_PAST_LOOP {
+        rt::fail(
+            PanicCode::BadConfig,
+            b"fault injection iteration out of range",
+        );
+    }
+    let corrupt = if targeted { inject } else { Inject::None };
 
     let has_adjust = cpu::has_tsc_adjust();
     let flags = if has_adjust { RECORD_HAS_TSC_ADJUST } else { 0 };
@@ -62,7 +74,22 @@ extern "C" fn guest_main(index: u64) -> ! {
     // is made of atomics, so shared access from every vCPU is sound.
     let shared: &Shared = unsafe { &*(layout::RENDEZVOUS as *const Shared) };
     let record = layout::record(index) as *mut RoundRecord;
-    let mut ops = cpu::Hw;
+    let mut ops = cpu::Hw {
+        progress: layout::progress(index) as *mut u64,
+        round: 0,
+        fire_at: if targeted && in_loop {
+            progress_word(config.inject_round, config.inject_iteration)
+        } else {
+            0
+        },
+        fire: inject,
+        delay_round: if targeted && inject == Inject::Delay {
+            config.inject_round
+        } else {
+            u32::MAX
+        },
+        delay_cycles: config.inject_cycles,
+    };
 
     for round in 0..config.rounds {
         // SAFETY: as above; the VMM may set another variant between rounds.
@@ -71,19 +98,21 @@ extern "C" fn guest_main(index: u64) -> ! {
             rt::fail(PanicCode::BadConfig, b"unknown variant in config");
         };
 
+        ops.round = round;
         let adjust_before = if has_adjust {
             cpu::read_tsc_adjust()
         } else {
             0
         };
         let out = rendezvous(variant, shared, index, config.vcpus, &mut ops);
+        ops.publish(progress_word(round, PROGRESS_PAST_LOOP));
         let adjust_after = if has_adjust {
             cpu::read_tsc_adjust()
         } else {
             0
         };
 
-        let rec = RoundRecord {
+        let mut rec = RoundRecord {
             magic: RECORD_MAGIC,
             vcpu: index,
             round,
@@ -97,9 +126,20 @@ extern "C" fn guest_main(index: u64) -> ! {
             adjust_before,
             adjust_after,
         };
+        let hit = round == config.inject_round;
+        if hit && corrupt == Inject::CorruptIndex {
+            rec.vcpu = config.vcpus.wrapping_add(1000);
+        }
+        if hit && corrupt == Inject::CorruptValue {
+            rec.tsc_first = u64::MAX;
+            rec.written = 1;
+        }
         // SAFETY: vCPU `index`'s record slot is inside guest RAM (the layout
         // holds MAX_VCPUS records) and written by this vCPU only.
         unsafe { write_volatile(record, rec) };
+        if hit && corrupt == Inject::CorruptSize {
+            cpu::out16(ports::ROUND_DONE, round as u16);
+        }
         cpu::out32(ports::ROUND_DONE, round);
     }
 
