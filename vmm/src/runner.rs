@@ -3,13 +3,16 @@
 //! records and analyse the round. The coordinator is the calling thread.
 
 use std::fmt;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kvm_ioctls::VcpuFd;
 use serde::Serialize;
-use tsc_contract::{layout, RecordError, RoundRecord, Variant, RECORD_SIZE};
+use tsc_contract::{
+    layout, Config, Inject, Progress, RecordError, RoundRecord, Variant, RECORD_SIZE,
+};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::analysis::{self, RoundResult, VcpuSample};
@@ -29,7 +32,69 @@ pub struct RunOptions {
     pub timeout: Duration,
     /// The guest image; the embedded one when `None`.
     pub image: Option<Vec<u8>>,
+    /// A fault for the guest to inject (testing the error handling).
+    pub inject: Option<Injection>,
 }
+
+impl Default for RunOptions {
+    /// 2 vCPUs, one round of the seed, the default timeout, the embedded guest.
+    fn default() -> Self {
+        RunOptions {
+            vcpus: 2,
+            schedule: vec![Variant::Xen6ca022a1],
+            timeout: crate::cli::default_timeout(2, 1),
+            image: None,
+            inject: None,
+        }
+    }
+}
+
+/// A fault the guest injects on purpose (`--inject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Injection {
+    /// What to do.
+    pub kind: Inject,
+    /// On which vCPU.
+    pub vcpu: u32,
+    /// In which round (0-based).
+    pub round: u32,
+    /// In which rendezvous iteration (0-based; stall, triple fault, panic).
+    pub iteration: u32,
+    /// For [`Inject::Delay`]: TSC cycles before the final write.
+    pub cycles: u64,
+}
+
+impl Injection {
+    /// Writes the injection into a guest config.
+    pub fn apply(&self, c: &mut Config) {
+        c.inject_kind = self.kind as u32;
+        c.inject_vcpu = self.vcpu;
+        c.inject_round = self.round;
+        c.inject_iteration = self.iteration;
+        c.inject_cycles = self.cycles;
+    }
+}
+
+/// The signal that asked the run to stop, 0 for none.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// Asks every run in this process to stop as soon as it can, keeping the
+/// rounds completed so far (it ends with [`RunError::Interrupted`]). Only
+/// stores to an atomic: safe to call from a signal handler.
+pub fn request_stop(signal: i32) {
+    STOP_SIGNAL.store(signal.max(1), Ordering::SeqCst);
+}
+
+/// The signal passed to [`request_stop`], if any.
+pub fn stop_requested() -> Option<i32> {
+    match STOP_SIGNAL.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// How often the coordinator looks for a stop request while it waits.
+const POLL: Duration = Duration::from_millis(50);
 
 /// How long stopped vCPU threads get to end before they are abandoned.
 const JOIN_GRACE: Duration = Duration::from_secs(5);
@@ -81,13 +146,23 @@ pub enum RunError {
     Timeout {
         /// The round running.
         round: u32,
-        /// vCPUs that had not reported.
-        missing: Vec<u32>,
+        /// vCPUs that had not reported, with where each said it was (from its
+        /// progress slot in guest memory; `None` when unreadable).
+        missing: Vec<(u32, Option<Progress>)>,
         /// The rendezvous semaphore, read from guest memory.
         semaphore: Option<u32>,
         /// The deadline.
         timeout: Duration,
     },
+    /// SIGINT or SIGTERM (or [`request_stop`]) stopped the run.
+    Interrupted {
+        /// The signal.
+        signal: i32,
+        /// The round running.
+        round: u32,
+    },
+    /// A completed round could not be streamed out (`--output`).
+    Output(String),
     /// A vCPU thread ended without saying why.
     Lost(u32),
 }
@@ -122,22 +197,48 @@ impl fmt::Display for RunError {
                 semaphore,
                 timeout,
             } => {
+                let ids: Vec<String> = missing.iter().map(|(v, _)| v.to_string()).collect();
                 write!(
                     f,
-                    "timed out after {:.1} s in round {round}: vCPU(s) {missing:?} had not arrived",
-                    timeout.as_secs_f64()
+                    "timed out after {:.1} s in round {round}: vCPU(s) {} had not arrived",
+                    timeout.as_secs_f64(),
+                    ids.join(", ")
                 )?;
-                if let Some(s) = semaphore {
-                    write!(f, " (rendezvous semaphore = {s})")?;
+                for (i, (v, p)) in missing.iter().enumerate() {
+                    let sep = if i == 0 { "; " } else { ", " };
+                    match p {
+                        Some(p) => write!(f, "{sep}vCPU {v} {p}")?,
+                        None => write!(f, "{sep}vCPU {v}'s progress is unreadable")?,
+                    }
                 }
-                Ok(())
+                match semaphore {
+                    Some(s) => write!(f, "; rendezvous semaphore = {s} (read from guest memory)")?,
+                    None => write!(f, "; rendezvous semaphore unreadable")?,
+                }
+                write!(f, "; raise --timeout if the host is only slow")
             }
+            RunError::Interrupted { signal, round } => write!(
+                f,
+                "interrupted by {} in round {round}; the vCPUs were stopped",
+                signal_name(*signal)
+            ),
+            RunError::Output(e) => write!(f, "cannot write a round to --output: {e}"),
             RunError::Lost(v) => write!(f, "vCPU {v}'s thread ended unexpectedly"),
         }
     }
 }
 
 impl std::error::Error for RunError {}
+
+/// A signal's name, for messages.
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT (Ctrl-C)".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        s => format!("signal {s}"),
+    }
+}
 
 /// A run that ended early, with the rounds it completed.
 #[derive(Debug)]
@@ -146,6 +247,9 @@ pub struct Failure {
     pub error: RunError,
     /// Rounds completed before it.
     pub completed: Vec<RoundResult>,
+    /// Host facts, when the run got as far as reading them (boxed: keeps the
+    /// error small).
+    pub host: Option<Box<HostInfo>>,
 }
 
 impl fmt::Display for Failure {
@@ -173,7 +277,15 @@ fn fail(error: RunError) -> Failure {
     Failure {
         error,
         completed: Vec::new(),
+        host: None,
     }
+}
+
+/// Why waiting for a vCPU event ended without one.
+enum Wait {
+    Timeout,
+    Disconnected,
+    Interrupted(i32),
 }
 
 struct Threads {
@@ -183,6 +295,7 @@ struct Threads {
     kickers: Vec<Kicker>,
     deadline: Instant,
     timeout: Duration,
+    rounds: u32,
 }
 
 impl Threads {
@@ -193,9 +306,23 @@ impl Threads {
         }
     }
 
-    fn recv(&self) -> Result<Event, RecvTimeoutError> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        self.events.recv_timeout(left)
+    /// The next event, waiting until the deadline at most, and looking for a
+    /// stop request every [`POLL`].
+    fn recv(&self) -> Result<Event, Wait> {
+        loop {
+            if let Some(signal) = stop_requested() {
+                return Err(Wait::Interrupted(signal));
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Wait::Timeout);
+            }
+            match self.events.recv_timeout(left.min(POLL)) {
+                Ok(ev) => return Ok(ev),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(Wait::Disconnected),
+            }
+        }
     }
 
     /// Stops every vCPU thread and joins them within a bounded time.
@@ -246,15 +373,26 @@ fn collect<T>(
     while remaining > 0 {
         let ev = match t.recv() {
             Ok(ev) => ev,
-            Err(RecvTimeoutError::Timeout) => {
+            Err(Wait::Timeout) => {
+                // The vCPUs are still running: these are snapshots, which is
+                // all a diagnosis needs. Every value is untrusted and decoded
+                // with checks.
+                let rounds = t.rounds;
                 return Err(RunError::Timeout {
                     round,
-                    missing: (0..n).filter(|&i| got[i as usize].is_none()).collect(),
+                    missing: (0..n)
+                        .filter(|&i| got[i as usize].is_none())
+                        .map(|i| {
+                            let p = vm::read_progress(mem, i).map(|w| Progress::decode(w, rounds));
+                            (i, p)
+                        })
+                        .collect(),
                     semaphore: vm::read_semaphore(mem),
                     timeout: t.timeout,
-                })
+                });
             }
-            Err(RecvTimeoutError::Disconnected) => {
+            Err(Wait::Interrupted(signal)) => return Err(RunError::Interrupted { signal, round }),
+            Err(Wait::Disconnected) => {
                 let lost = (0..n).find(|&i| got[i as usize].is_none()).unwrap_or(0);
                 return Err(RunError::Lost(lost));
             }
@@ -301,7 +439,20 @@ fn read_record(mem: &GuestMemoryMmap, vcpu: u32) -> Option<RoundRecord> {
 }
 
 /// Runs the rendezvous on `opts.vcpus` vCPUs for every round of `opts.schedule`.
+// A run returns once: the size of its error does not matter.
+#[allow(clippy::result_large_err)]
 pub fn run(opts: &RunOptions) -> Result<RunOutput, Failure> {
+    run_streaming(opts, &mut |_| Ok(()))
+}
+
+/// As [`run`], handing every round to `on_round` as soon as it is complete
+/// (e.g. to stream it to a file); an error from it ends the run with
+/// [`RunError::Output`].
+#[allow(clippy::result_large_err)]
+pub fn run_streaming(
+    opts: &RunOptions,
+    on_round: &mut dyn FnMut(&RoundResult) -> Result<(), String>,
+) -> Result<RunOutput, Failure> {
     let n = opts.vcpus;
     let rounds = u32::try_from(opts.schedule.len()).unwrap_or(u32::MAX);
     let first = opts
@@ -315,6 +466,11 @@ pub fn run(opts: &RunOptions) -> Result<RunOutput, Failure> {
         .unwrap_or(crate::guest_image::EMBEDDED);
     let kvm = vm::open_kvm().map_err(|e| fail(RunError::Vm(e)))?;
     let mut machine = Vm::new(kvm, n, rounds, first, image).map_err(|e| fail(RunError::Vm(e)))?;
+    if let Some(inj) = &opts.inject {
+        let mut c = Config::default();
+        inj.apply(&mut c);
+        vm::write_injection(&machine.mem, &c).map_err(|e| fail(RunError::Vm(e)))?;
+    }
     vcpu::install_kick_handler().map_err(|e| fail(RunError::Signal(e.to_string())))?;
 
     let with_offset = machine.vcpus.first().is_some_and(tsc::has_offset_attr);
@@ -327,6 +483,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutput, Failure> {
         kickers: Vec::new(),
         deadline: Instant::now() + opts.timeout,
         timeout: opts.timeout,
+        rounds,
     };
     for (index, fd) in std::mem::take(&mut machine.vcpus).into_iter().enumerate() {
         let (tx, rx) = mpsc::channel();
@@ -346,29 +503,37 @@ pub fn run(opts: &RunOptions) -> Result<RunOutput, Failure> {
     drop(event_tx);
 
     let mut completed = Vec::new();
+    let mut host = None;
     let result = drive(
         &threads,
         &mem,
         n,
         opts,
-        with_offset,
-        machine.guest_tsc_adjust,
+        (with_offset, machine.guest_tsc_adjust),
         &mut completed,
+        &mut host,
+        on_round,
     );
     threads.shutdown();
     // The VM (and its memory) is dropped only now, after every vCPU thread.
     drop(machine);
-    result.map_err(|error| Failure { error, completed })
+    result.map_err(|error| Failure {
+        error,
+        completed,
+        host: host.map(Box::new),
+    })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn drive(
     t: &Threads,
     mem: &GuestMemoryMmap,
     n: u32,
     opts: &RunOptions,
-    with_offset: bool,
-    guest_tsc_adjust: bool,
+    (with_offset, guest_tsc_adjust): (bool, bool),
     completed: &mut Vec<RoundResult>,
+    host_out: &mut Option<HostInfo>,
+    on_round: &mut dyn FnMut(&RoundResult) -> Result<(), String>,
 ) -> Result<RunOutput, RunError> {
     let initial = readback_all(t, n, 0, mem)?;
     let mut notes = Vec::new();
@@ -384,6 +549,7 @@ fn drive(
         tsc_offset_attr: with_offset,
         guest_tsc_adjust,
     };
+    *host_out = Some(info.clone());
     if let Some(s) = initial.iter().find(|s| s.offset != initial[0].offset) {
         notes.push(format!(
             "the vCPUs did not start with the same TSC offset ({:?} vs {:?})",
@@ -440,6 +606,9 @@ fn drive(
             log::warn!("round {round}: {d}");
         }
         completed.push(result);
+        if let Some(r) = completed.last() {
+            on_round(r).map_err(RunError::Output)?;
+        }
         before = after;
         vm::reset_rendezvous(mem).map_err(RunError::Vm)?;
     }
