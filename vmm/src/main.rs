@@ -32,7 +32,18 @@ fn main() -> ExitCode {
 }
 
 extern "C" fn on_stop_signal(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // Async-signal-safe: it only stores to an atomic.
+    if runner::stop_requested().is_some() {
+        // The second one: the user insists. Die of the signal at once.
+        // SAFETY: signal(2) and raise(3) are async-signal-safe; restoring the
+        // default action makes the raise terminate the process.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            libc::raise(signal);
+        }
+        return;
+    }
+    // Async-signal-safe: it only stores to an atomic. The run then stops
+    // its vCPUs, keeps the completed rounds and exits with 128 + signal.
     runner::request_stop(signal);
 }
 

@@ -165,6 +165,14 @@ pub enum RunError {
     Output(String),
     /// A vCPU thread ended without saying why.
     Lost(u32),
+    /// The guest said it had finished every round (and halted) while a round
+    /// was still running.
+    FinishedEarly {
+        /// The vCPU.
+        vcpu: u32,
+        /// The round running.
+        round: u32,
+    },
 }
 
 impl fmt::Display for RunError {
@@ -224,6 +232,10 @@ impl fmt::Display for RunError {
             ),
             RunError::Output(e) => write!(f, "cannot write a round to --output: {e}"),
             RunError::Lost(v) => write!(f, "vCPU {v}'s thread ended unexpectedly"),
+            RunError::FinishedEarly { vcpu, round } => write!(
+                f,
+                "vCPU {vcpu} reported it had finished every round while round {round} was running"
+            ),
         }
     }
 }
@@ -325,8 +337,11 @@ impl Threads {
         }
     }
 
-    /// Stops every vCPU thread and joins them within a bounded time.
-    fn shutdown(mut self) {
+    /// Stops every vCPU thread and joins them within a bounded time. Returns
+    /// false when a thread had to be abandoned: then the VM and its memory
+    /// must not be freed either (the thread may still be in KVM_RUN).
+    #[must_use]
+    fn shutdown(mut self) -> bool {
         self.send_all(Command::Stop);
         self.commands.clear();
         for (k, h) in self.kickers.iter().zip(&self.handles) {
@@ -350,13 +365,14 @@ impl Threads {
             // Its kicker's mapping must outlive it: leak both.
             std::mem::forget(self.kickers);
             std::mem::forget(self.handles);
-            return;
+            return false;
         }
         // Join every thread, and only then drop the vCPU fds and the kickers
         // that point into their mappings.
         let fds: Vec<_> = self.handles.into_iter().map(|h| h.join()).collect();
         drop(self.kickers);
         drop(fds);
+        true
     }
 }
 
@@ -495,7 +511,10 @@ pub fn run_streaming(
                 threads.kickers.push(kicker);
             }
             Err(e) => {
-                threads.shutdown();
+                if !threads.shutdown() {
+                    std::mem::forget(mem);
+                    std::mem::forget(machine);
+                }
                 return Err(fail(RunError::Spawn(e)));
             }
         }
@@ -514,9 +533,15 @@ pub fn run_streaming(
         &mut host,
         on_round,
     );
-    threads.shutdown();
-    // The VM (and its memory) is dropped only now, after every vCPU thread.
-    drop(machine);
+    if threads.shutdown() {
+        // The VM (and its memory) is dropped only now, after every vCPU thread.
+        drop(machine);
+    } else {
+        // A vCPU thread is still alive: leak what it may still use rather
+        // than unmap memory under it. The process is about to report an error.
+        std::mem::forget(mem);
+        std::mem::forget(machine);
+    }
     result.map_err(|error| Failure {
         error,
         completed,
@@ -577,11 +602,7 @@ fn drive(
                 expected: round,
                 found: r,
             }),
-            Event::Finished { vcpu } => Err(RunError::WrongRound {
-                vcpu,
-                expected: round,
-                found: u32::MAX,
-            }),
+            Event::Finished { vcpu } => Err(RunError::FinishedEarly { vcpu, round }),
             _ => Ok(None),
         })?;
         let after = readback_all(t, n, round, mem)?;
