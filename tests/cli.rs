@@ -287,6 +287,8 @@ fn help_documents_the_options() {
         "corrupt-value",
         "Watchdog",
         "60 s plus 100 ms per round and vCPU",
+        "Exit codes: 0",
+        "130 SIGINT",
     ] {
         assert!(text.contains(opt), "{opt} missing from --help");
     }

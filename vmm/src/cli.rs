@@ -13,7 +13,7 @@ use crate::runner::Injection;
 /// on the vCPUs of a tiny KVM guest and reports the TSC skew it leaves behind.
 #[derive(Debug, Parser)]
 #[command(name = "tsc-rendezvous", version, about, long_about = None)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(args_conflicts_with_subcommands = true, after_help = EXIT_CODES)]
 pub struct Cli {
     /// What to do; `run` when omitted.
     #[command(subcommand)]
@@ -33,10 +33,17 @@ impl Cli {
     }
 }
 
+/// The exit codes, as `--help` states them.
+pub const EXIT_CODES: &str = "Exit codes: 0 done; 1 the run failed after it started (timeout, \
+vCPU error, invalid guest data; completed rounds are still reported); 2 it could not run (bad \
+arguments, no usable /dev/kvm, missing KVM capability, bad --guest image); 130 SIGINT, 143 \
+SIGTERM (completed rounds are still reported).";
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Run the rendezvous and report the skew (the default).
+    #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
 }
 
