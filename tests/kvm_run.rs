@@ -37,6 +37,7 @@ fn run_ok(vcpus: u32, variant: Variant, rounds: usize) -> RunOutput {
         schedule: vec![variant; rounds],
         timeout: Duration::from_secs(120),
         image: None,
+        inject: None,
     };
     match run(&opts) {
         Ok(out) => out,

@@ -203,3 +203,41 @@ fn a_single_cpu_never_warps() {
     let out = warp_test(&shared, 1, 10_000, &mut sim);
     assert_eq!((out.max_warp, out.warps), (0, 0));
 }
+
+/// Records the progress hook's calls; a TSC that just counts.
+struct Recorder {
+    now: u64,
+    iterations: Vec<u32>,
+}
+
+impl Cpu for Recorder {
+    fn rdtsc_ordered(&mut self) -> u64 {
+        self.now += 1;
+        self.now
+    }
+    fn write_tsc(&mut self, value: u64) {
+        self.now = value;
+    }
+    fn relax(&mut self) {}
+    fn iteration_start(&mut self, iteration: u32) {
+        self.iterations.push(iteration);
+    }
+}
+
+#[test]
+fn the_progress_hook_sees_every_iteration_in_order() {
+    for variant in Variant::ALL {
+        let shared = Shared::new();
+        let mut cpu = Recorder {
+            now: 100,
+            iterations: Vec::new(),
+        };
+        let out = rendezvous(variant, &shared, 0, 1, &mut cpu);
+        let expected: Vec<u32> = (0..tsc_rendezvous_algo::ITERATIONS).collect();
+        assert_eq!(cpu.iterations, expected, "{}", variant.name());
+        assert_eq!(
+            out.written, out.tsc_first,
+            "one CPU writes its own first TSC"
+        );
+    }
+}

@@ -46,6 +46,18 @@ pub mod layout {
     pub const STACK_SIZE: u64 = 0x4000;
     /// The most vCPUs this layout holds.
     pub const MAX_VCPUS: u32 = 512;
+    /// Per-vCPU progress slots (one `u64` per vCPU, each on its own 64-byte
+    /// cache line): where the guest publishes the round and iteration it is
+    /// in, so a watchdog can say where a vCPU got stuck. See
+    /// [`crate::progress_word`].
+    pub const PROGRESS: u64 = 0x2_0000;
+    /// Distance between two vCPUs' progress slots: one cache line.
+    pub const PROGRESS_STRIDE: u64 = 64;
+
+    /// Guest physical address of vCPU `index`'s progress slot.
+    pub const fn progress(index: u32) -> u64 {
+        PROGRESS + index as u64 * PROGRESS_STRIDE
+    }
 
     /// Top of vCPU `index`'s stack (16-byte aligned, grows down).
     pub const fn stack_top(index: u32) -> u64 {
@@ -73,6 +85,8 @@ pub mod layout {
     const _: () = assert!(WARP + 0x1000 <= IMAGE);
     const _: () = assert!(RECORDS >= RENDEZVOUS + 0x1000);
     const _: () = assert!(IMAGE_END <= STACKS);
+    const _: () = assert!(PROGRESS >= record(MAX_VCPUS));
+    const _: () = assert!(progress(MAX_VCPUS) <= IMAGE);
     const _: () = assert!(STACK_SIZE.is_multiple_of(16));
 }
 
@@ -194,6 +208,19 @@ pub struct Config {
     pub variant: u32,
     /// `CONFIG_*` flags.
     pub flags: u32,
+    // --- Fault injection (appended; the fields above keep their offsets). ---
+    /// The [`Inject`] kind (raw); [`Inject::None`] (0) in a normal run.
+    pub inject_kind: u32,
+    /// The vCPU the fault hits.
+    pub inject_vcpu: u32,
+    /// The round the fault hits (0-based).
+    pub inject_round: u32,
+    /// The rendezvous iteration the fault hits (0-based, in execution order:
+    /// 0 is Xen's `i == 4`, the last is `i == 0`); used by the kinds that fire
+    /// inside the loop (stall, triple fault, panic).
+    pub inject_iteration: u32,
+    /// [`Inject::Delay`]: cycles to spin before the final TSC write.
+    pub inject_cycles: u64,
 }
 
 /// [`Config::flags`]: instead of `rounds` rendezvous, execute the host's
@@ -201,10 +228,149 @@ pub struct Config {
 pub const CONFIG_COMMAND_MODE: u32 = 1 << 0;
 
 /// Size of [`Config`] in bytes.
-pub const CONFIG_SIZE: usize = 24;
+pub const CONFIG_SIZE: usize = 48;
 const _: () = assert!(size_of::<Config>() == CONFIG_SIZE);
 const _: () = assert!(offset_of!(Config, vcpus) == 8);
 const _: () = assert!(offset_of!(Config, variant) == 16);
+const _: () = assert!(offset_of!(Config, flags) == 20);
+const _: () = assert!(offset_of!(Config, inject_kind) == 24);
+const _: () = assert!(offset_of!(Config, inject_vcpu) == 28);
+const _: () = assert!(offset_of!(Config, inject_round) == 32);
+const _: () = assert!(offset_of!(Config, inject_iteration) == 36);
+const _: () = assert!(offset_of!(Config, inject_cycles) == 40);
+
+/// Faults the host can ask the guest to inject (for testing the VMM's error
+/// handling), in [`Config::inject_kind`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Inject {
+    /// No fault: a normal run.
+    None = 0,
+    /// The vCPU spins forever at the start of the given round and iteration.
+    Stall = 1,
+    /// The vCPU spins `inject_cycles` TSC cycles just before its final TSC write.
+    Delay = 2,
+    /// The vCPU triple-faults at the start of the given round and iteration.
+    TripleFault = 3,
+    /// The guest panics at the start of the given round and iteration.
+    Panic = 4,
+    /// The vCPU reports the end of the round with a 2-byte `out` instead of 4.
+    CorruptSize = 5,
+    /// The vCPU's record names a vCPU index out of range.
+    CorruptIndex = 6,
+    /// The vCPU's record holds impossible values (written below its first TSC).
+    CorruptValue = 7,
+}
+
+impl Inject {
+    /// Every kind, [`Inject::None`] first.
+    pub const ALL: [Inject; 8] = [
+        Inject::None,
+        Inject::Stall,
+        Inject::Delay,
+        Inject::TripleFault,
+        Inject::Panic,
+        Inject::CorruptSize,
+        Inject::CorruptIndex,
+        Inject::CorruptValue,
+    ];
+
+    /// Decodes a raw kind, `None` for anything unknown.
+    pub const fn from_raw(raw: u32) -> Option<Inject> {
+        match raw {
+            0 => Some(Inject::None),
+            1 => Some(Inject::Stall),
+            2 => Some(Inject::Delay),
+            3 => Some(Inject::TripleFault),
+            4 => Some(Inject::Panic),
+            5 => Some(Inject::CorruptSize),
+            6 => Some(Inject::CorruptIndex),
+            7 => Some(Inject::CorruptValue),
+            _ => None,
+        }
+    }
+
+    /// The kind's user-facing name (as in `--inject`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Inject::None => "none",
+            Inject::Stall => "stall",
+            Inject::Delay => "delay",
+            Inject::TripleFault => "triple-fault",
+            Inject::Panic => "panic",
+            Inject::CorruptSize => "corrupt-size",
+            Inject::CorruptIndex => "corrupt-index",
+            Inject::CorruptValue => "corrupt-value",
+        }
+    }
+
+    /// Looks a kind up by its name.
+    pub fn from_name(name: &str) -> Option<Inject> {
+        Inject::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// The value a vCPU stores in its progress slot ([`layout::progress`]) when it
+/// starts `iteration` (0-based, in execution order) of `round`;
+/// `iteration == ITERATIONS` (5) means it has left the rendezvous loop of that
+/// round. 0 means the vCPU has not started any round.
+pub const fn progress_word(round: u32, iteration: u32) -> u64 {
+    ((round as u64) << 32) | (iteration as u64 + 1)
+}
+
+/// Where a vCPU said it was, decoded from its progress slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// The slot is 0: the vCPU has not started a round.
+    NotStarted,
+    /// In `round`, at the start of `iteration` (0-based), or past the loop when
+    /// `iteration` is [`PROGRESS_PAST_LOOP`].
+    At {
+        /// The round.
+        round: u32,
+        /// The iteration.
+        iteration: u32,
+    },
+    /// A value the guest should never have written (raw).
+    Invalid(u64),
+}
+
+/// [`Progress::At::iteration`] of a vCPU that has left the rendezvous loop.
+pub const PROGRESS_PAST_LOOP: u32 = 5;
+
+impl Progress {
+    /// Decodes a progress slot, checking it against the number of rounds the
+    /// run has (the value is untrusted guest data).
+    pub const fn decode(word: u64, rounds: u32) -> Progress {
+        if word == 0 {
+            return Progress::NotStarted;
+        }
+        let round = (word >> 32) as u32;
+        let low = word as u32;
+        if low == 0 || low - 1 > PROGRESS_PAST_LOOP || round >= rounds {
+            return Progress::Invalid(word);
+        }
+        Progress::At {
+            round,
+            iteration: low - 1,
+        }
+    }
+}
+
+impl core::fmt::Display for Progress {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Progress::NotStarted => f.write_str("had not started round 0"),
+            Progress::At { round, iteration } if *iteration == PROGRESS_PAST_LOOP => {
+                write!(f, "was in round {round}, past the rendezvous loop")
+            }
+            Progress::At { round, iteration } => {
+                write!(f, "was in round {round} iteration {iteration}")
+            }
+            Progress::Invalid(w) => write!(f, "wrote an invalid progress value {w:#x}"),
+        }
+    }
+}
 
 /// What a vCPU does in command mode, written by the host into
 /// [`CommandSlot::op`] while the vCPU is parked.
@@ -545,6 +711,44 @@ mod tests {
     }
 
     #[test]
+    fn progress_words_round_trip_and_garbage_is_invalid() {
+        assert_eq!(Progress::decode(0, 3), Progress::NotStarted);
+        for round in 0..3 {
+            for it in 0..=PROGRESS_PAST_LOOP {
+                assert_eq!(
+                    Progress::decode(progress_word(round, it), 3),
+                    Progress::At {
+                        round,
+                        iteration: it
+                    }
+                );
+            }
+        }
+        assert!(matches!(
+            Progress::decode(progress_word(3, 0), 3),
+            Progress::Invalid(_)
+        ));
+        assert!(matches!(
+            Progress::decode(progress_word(0, 6), 3),
+            Progress::Invalid(_)
+        ));
+        assert!(matches!(Progress::decode(1 << 32, 3), Progress::Invalid(_)));
+        assert!(matches!(
+            Progress::decode(u64::MAX, u32::MAX),
+            Progress::Invalid(_)
+        ));
+    }
+
+    #[test]
+    fn inject_kinds_round_trip() {
+        for k in Inject::ALL {
+            assert_eq!(Inject::from_name(k.name()), Some(k));
+            assert_eq!(Inject::from_raw(k as u32), Some(k));
+        }
+        assert_eq!(Inject::from_raw(8), None);
+    }
+
+    #[test]
     fn layout_regions_do_not_overlap() {
         let regions = [
             (layout::GDT, 0x1000),
@@ -563,6 +767,10 @@ mod tests {
                 layout::MAX_VCPUS as u64 * COMMAND_SLOT_SIZE as u64,
             ),
             (layout::WARP, 0x1000),
+            (
+                layout::PROGRESS,
+                layout::MAX_VCPUS as u64 * layout::PROGRESS_STRIDE,
+            ),
             (layout::IMAGE, layout::IMAGE_END - layout::IMAGE),
             (
                 layout::STACKS,

@@ -1,15 +1,64 @@
 //! The instructions the guest needs, one small function each.
 
 use core::arch::asm;
+use tsc_contract::{progress_word, Inject};
 use tsc_rendezvous_algo::Cpu;
 
 const IA32_TSC: u32 = 0x10;
 const IA32_TSC_ADJUST: u32 = 0x3b;
 
-/// The rendezvous' CPU operations on real instructions.
-pub struct Hw;
+/// The rendezvous' CPU operations on real instructions, plus this vCPU's
+/// progress slot and the fault it was asked to inject, if any.
+pub struct Hw {
+    /// This vCPU's progress slot (its own cache line).
+    pub progress: *mut u64,
+    /// The round running.
+    pub round: u32,
+    /// The progress word at which to fire an in-loop fault (stall, triple
+    /// fault, panic); 0 (never a progress word) when none targets this vCPU.
+    pub fire_at: u64,
+    /// The kind fired at `fire_at`.
+    pub fire: Inject,
+    /// The round whose final write is delayed; `u32::MAX` for none.
+    pub delay_round: u32,
+    /// How many TSC cycles the delay lasts.
+    pub delay_cycles: u64,
+}
+
+impl Hw {
+    /// Publishes this vCPU's progress: one plain store to its own slot.
+    #[inline(always)]
+    pub fn publish(&mut self, word: u64) {
+        // SAFETY: the slot is guest RAM reserved for this vCPU's progress
+        // (layout::progress), written by this vCPU only; volatile so that the
+        // store is not elided (the VMM reads it).
+        unsafe { core::ptr::write_volatile(self.progress, word) };
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fire(&mut self) {
+        match self.fire {
+            Inject::Stall => loop {
+                self.relax();
+            },
+            Inject::TripleFault => triple_fault(),
+            Inject::Panic => panic!("injected fault: guest panic"),
+            _ => {}
+        }
+    }
+}
 
 impl Cpu for Hw {
+    #[inline(always)]
+    fn iteration_start(&mut self, iteration: u32) {
+        let word = progress_word(self.round, iteration);
+        self.publish(word);
+        if word == self.fire_at {
+            self.fire();
+        }
+    }
+
     #[inline(always)]
     fn rdtsc_ordered(&mut self) -> u64 {
         let (lo, hi): (u32, u32);
@@ -22,6 +71,12 @@ impl Cpu for Hw {
 
     #[inline(always)]
     fn write_tsc(&mut self, value: u64) {
+        if self.round == self.delay_round {
+            let start = self.rdtsc_ordered();
+            while self.rdtsc_ordered().wrapping_sub(start) < self.delay_cycles {
+                self.relax();
+            }
+        }
         wrmsr(IA32_TSC, value);
     }
 
@@ -77,6 +132,24 @@ pub fn out32(port: u16, value: u32) {
     unsafe {
         asm!("out dx, eax", in("dx") port, in("eax") value, options(nostack, preserves_flags))
     };
+}
+
+/// `out dx, ax`: a 2-byte write (only used to inject a protocol violation).
+#[inline(always)]
+pub fn out16(port: u16, value: u16) {
+    // SAFETY: as for out32.
+    unsafe { asm!("out dx, ax", in("dx") port, in("ax") value, options(nostack, preserves_flags)) };
+}
+
+/// Makes this vCPU triple-fault: with an empty IDT, the #UD from `ud2` cannot
+/// be delivered (#GP), nor can that (#DF), which shuts the vCPU down.
+fn triple_fault() -> ! {
+    let empty: [u8; 10] = [0; 10];
+    // SAFETY: deliberately fatal: loads a zero-limit IDT and raises #UD; the
+    // CPU shuts down (KVM_EXIT_SHUTDOWN), nothing after it runs.
+    unsafe {
+        asm!("lidt [{}]", "ud2", in(reg) empty.as_ptr(), options(noreturn, nostack));
+    }
 }
 
 /// `out dx, al`.

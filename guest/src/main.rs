@@ -5,7 +5,8 @@
 //! writes its [`RoundRecord`] after each and reports it with an `out` to
 //! [`ports::ROUND_DONE`], which parks it in the VMM until every vCPU has finished
 //! the round and the VMM has read their TSC state back. At the end it reports
-//! [`ports::DONE`] and halts.
+//! [`ports::DONE`] and halts. In command mode ([`CONFIG_COMMAND_MODE`]) it
+//! instead executes the host's commands one at a time (see [`Op`]).
 //!
 //! No SSE/x87/AVX instruction may appear anywhere in this binary (the VMM's
 //! tests disassemble it), so nothing here formats text or uses floats.
@@ -18,8 +19,9 @@ mod rt;
 
 use core::ptr::{read_volatile, write_volatile};
 use tsc_contract::{
-    layout, ports, CommandSlot, Config, Op, PanicCode, RoundRecord, Variant, CONFIG_COMMAND_MODE,
-    CONFIG_MAGIC, CONTRACT_VERSION, RECORD_HAS_TSC_ADJUST, RECORD_MAGIC,
+    layout, ports, progress_word, CommandSlot, Config, Inject, Op, PanicCode, RoundRecord, Variant,
+    CONFIG_COMMAND_MODE, CONFIG_MAGIC, CONTRACT_VERSION, PROGRESS_PAST_LOOP, RECORD_HAS_TSC_ADJUST,
+    RECORD_MAGIC,
 };
 use tsc_rendezvous_algo::warp::{warp_test, WarpShared};
 use tsc_rendezvous_algo::{rendezvous, Cpu, Shared};
@@ -55,16 +57,65 @@ extern "C" fn guest_main(index: u64) -> ! {
         rt::fail(PanicCode::BadConfig, b"vCPU index or count out of range");
     }
     let index = index as u32;
+    let Some(inject) = Inject::from_raw(config.inject_kind) else {
+        rt::fail(PanicCode::BadConfig, b"unknown fault injection kind");
+    };
+    let targeted = inject != Inject::None && config.inject_vcpu == index;
+    let in_loop = matches!(inject, Inject::Stall | Inject::TripleFault | Inject::Panic);
+    if targeted && in_loop && config.inject_iteration >= PROGRESS_PAST_LOOP {
+        rt::fail(
+            PanicCode::BadConfig,
+            b"fault injection iteration out of range",
+        );
+    }
+    let corrupt = if targeted { inject } else { Inject::None };
 
     let has_adjust = cpu::has_tsc_adjust();
+    let mut ops = cpu::Hw {
+        progress: layout::progress(index) as *mut u64,
+        round: 0,
+        fire_at: if targeted && in_loop {
+            progress_word(config.inject_round, config.inject_iteration)
+        } else {
+            0
+        },
+        fire: inject,
+        delay_round: if targeted && inject == Inject::Delay {
+            config.inject_round
+        } else {
+            u32::MAX
+        },
+        delay_cycles: config.inject_cycles,
+    };
     if config.flags & CONFIG_COMMAND_MODE != 0 {
-        command_loop(index, config.vcpus, has_adjust);
+        command_loop(&mut ops, index, config.vcpus, has_adjust);
     }
 
     for round in 0..config.rounds {
         // SAFETY: as above; the VMM may set another variant between rounds.
         let raw_variant = unsafe { read_volatile(&(*config_ptr).variant) };
-        one_round(index, config.vcpus, raw_variant, round, has_adjust);
+        let mut rec = one_round(
+            &mut ops,
+            index,
+            config.vcpus,
+            raw_variant,
+            round,
+            has_adjust,
+        );
+        let hit = round == config.inject_round;
+        if hit && corrupt == Inject::CorruptIndex {
+            rec.vcpu = config.vcpus.wrapping_add(1000);
+        }
+        if hit && corrupt == Inject::CorruptValue {
+            rec.tsc_first = u64::MAX;
+            rec.written = 1;
+        }
+        // SAFETY: vCPU `index`'s record slot is inside guest RAM (the layout
+        // holds MAX_VCPUS records) and written by this vCPU only.
+        unsafe { write_volatile(layout::record(index) as *mut RoundRecord, rec) };
+        if hit && corrupt == Inject::CorruptSize {
+            cpu::out16(ports::ROUND_DONE, round as u16);
+        }
         cpu::out32(ports::ROUND_DONE, round);
     }
 
@@ -80,24 +131,33 @@ fn shared() -> &'static Shared {
     unsafe { &*(layout::RENDEZVOUS as *const Shared) }
 }
 
-/// Runs one rendezvous of `raw_variant` and writes this vCPU's record.
-fn one_round(index: u32, vcpus: u32, raw_variant: u32, round: u32, has_adjust: bool) {
+/// Runs one rendezvous of `raw_variant` as round `round` and returns this
+/// vCPU's record (not yet written).
+fn one_round(
+    ops: &mut cpu::Hw,
+    index: u32,
+    vcpus: u32,
+    raw_variant: u32,
+    round: u32,
+    has_adjust: bool,
+) -> RoundRecord {
     let Some(variant) = Variant::from_raw(raw_variant) else {
         rt::fail(PanicCode::BadConfig, b"unknown variant in config");
     };
-    let mut ops = cpu::Hw;
+    ops.round = round;
     let adjust_before = if has_adjust {
         cpu::read_tsc_adjust()
     } else {
         0
     };
-    let out = rendezvous(variant, shared(), index, vcpus, &mut ops);
+    let out = rendezvous(variant, shared(), index, vcpus, ops);
+    ops.publish(progress_word(round, PROGRESS_PAST_LOOP));
     let adjust_after = if has_adjust {
         cpu::read_tsc_adjust()
     } else {
         0
     };
-    let rec = RoundRecord {
+    RoundRecord {
         magic: RECORD_MAGIC,
         vcpu: index,
         round,
@@ -110,16 +170,12 @@ fn one_round(index: u32, vcpus: u32, raw_variant: u32, round: u32, has_adjust: b
         tsc_after_loop: out.tsc_after_loop,
         adjust_before,
         adjust_after,
-    };
-    // SAFETY: vCPU `index`'s record slot is inside guest RAM (the layout holds
-    // MAX_VCPUS records) and written by this vCPU only.
-    unsafe { write_volatile(layout::record(index) as *mut RoundRecord, rec) };
+    }
 }
 
 /// Command mode: report, wait to be resumed, execute the host's next command.
-fn command_loop(index: u32, vcpus: u32, has_adjust: bool) -> ! {
+fn command_loop(ops: &mut cpu::Hw, index: u32, vcpus: u32, has_adjust: bool) -> ! {
     let slot = layout::command(index) as *mut CommandSlot;
-    let mut ops = cpu::Hw;
     let mut seq: u32 = 0;
     loop {
         cpu::out32(ports::COMMAND_DONE, seq);
@@ -139,14 +195,16 @@ fn command_loop(index: u32, vcpus: u32, has_adjust: bool) -> ! {
                 (0, ops.rdtsc_ordered())
             }
             Some(Op::Rendezvous) => {
-                one_round(index, vcpus, cmd.arg, cmd.value as u32, has_adjust);
+                let rec = one_round(ops, index, vcpus, cmd.arg, cmd.value as u32, has_adjust);
+                // SAFETY: as in the rounds loop of guest_main.
+                unsafe { write_volatile(layout::record(index) as *mut RoundRecord, rec) };
                 (0, 0)
             }
             Some(Op::Warp) => {
                 // SAFETY: the warp page is guest RAM reserved for it, zeroed by
                 // the VMM before every test; WarpShared is made of atomics.
                 let w: &WarpShared = unsafe { &*(layout::WARP as *const WarpShared) };
-                let out = warp_test(w, vcpus, cmd.value, &mut ops);
+                let out = warp_test(w, vcpus, cmd.value, ops);
                 (out.max_warp, out.warps)
             }
             Some(Op::Halt) => {

@@ -34,6 +34,15 @@ pub trait Cpu {
     fn write_tsc(&mut self, value: u64);
     /// Xen's `cpu_relax()`: `pause` plus a compiler barrier.
     fn relax(&mut self);
+    /// Called at the start of every iteration with its 0-based index in
+    /// execution order (0 is Xen's `i == 4`, the last is `i == 0`), before any
+    /// wait. Not part of Xen: the guest publishes its progress here (one plain
+    /// store to its own cache line) so that a watchdog can tell where a vCPU
+    /// got stuck. Keep it cheap. Does nothing by default.
+    #[inline(always)]
+    fn iteration_start(&mut self, iteration: u32) {
+        let _ = iteration;
+    }
 }
 
 /// The shared state of one calibration, laid out as Xen's
@@ -89,6 +98,7 @@ pub struct Outcome {
 
 /// Number of iterations of the rendezvous loop.
 pub const ITERATIONS: u32 = 5;
+const _: () = assert!(ITERATIONS == tsc_contract::PROGRESS_PAST_LOOP);
 
 /// Runs one rendezvous on CPU `cpu` of `total` (CPU 0 is the master).
 ///
@@ -112,6 +122,7 @@ pub fn rendezvous<C: Cpu>(
 
     // `i = 4, 3, 2, 1, 0`; `i == 0` is the last iteration.
     for i in (0..ITERATIONS).rev() {
+        ops.iteration_start(ITERATIONS - 1 - i);
         if cpu == 0 {
             while r.semaphore.load(Ordering::Acquire) != total - 1 {
                 ops.relax();

@@ -4,13 +4,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use tsc_contract::{layout, Variant};
+use tsc_contract::{layout, Inject, Variant};
+use tsc_rendezvous_algo::ITERATIONS;
+
+use crate::runner::Injection;
 
 /// Runs Xen's TSC calibration rendezvous, with real `wrmsr IA32_TSC` writes,
 /// on the vCPUs of a tiny KVM guest and reports the TSC skew it leaves behind.
 #[derive(Debug, Parser)]
 #[command(name = "tsc-rendezvous", version, about, long_about = None)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(args_conflicts_with_subcommands = true, after_help = EXIT_CODES)]
 pub struct Cli {
     /// What to do; `run` when omitted.
     #[command(subcommand)]
@@ -32,10 +35,17 @@ impl Cli {
     }
 }
 
+/// The exit codes, as `--help` states them.
+pub const EXIT_CODES: &str = "Exit codes: 0 done; 1 the run failed after it started (timeout, \
+vCPU error, invalid guest data; completed rounds are still reported); 2 it could not run (bad \
+arguments, no usable /dev/kvm, missing KVM capability, bad --guest image); 130 SIGINT, 143 \
+SIGTERM (completed rounds are still reported).";
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Run the rendezvous and report the skew (the default).
+    #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
     /// Named regression checks of the hypervisor's guest TSC handling, with
     /// verdicts. Exit code 0: every check passed (or was skipped); 1: a check
@@ -152,14 +162,33 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Give up after this many seconds per variant. Default: 60 s plus 100 ms
-    /// per round and vCPU.
+    /// Watchdog: give up after this many seconds per variant, stop every vCPU
+    /// and report where each one was. Default: 60 s plus 100 ms per round and
+    /// vCPU.
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     pub timeout: Option<f64>,
 
     /// Run this guest ELF instead of the embedded one (for testing guests).
     #[arg(long, value_name = "PATH")]
     pub guest: Option<PathBuf>,
+
+    /// Stream one JSON line per completed round to FILE (schema
+    /// `tsc-rendezvous/round/v1`), flushed as it goes, so an interrupted or
+    /// failed run keeps every round it measured.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Inject a fault, to test the error handling: KIND[,vcpu=K][,round=R][,iter=I][,cycles=C]
+    /// (K, R, I default to 0; I is the rendezvous iteration, 0..=4 in execution order).
+    /// KINDs: stall (vCPU K spins forever at the start of round R iteration I; the
+    /// watchdog ends the run), delay (vCPU K spins C TSC cycles before its final
+    /// write in round R), triple-fault (vCPU K triple-faults in round R iteration I),
+    /// panic (the guest panics on vCPU K in round R iteration I), corrupt-size
+    /// (vCPU K reports round R with a 2-byte port write), corrupt-index (vCPU K's
+    /// record of round R names a vCPU out of range), corrupt-value (vCPU K's record
+    /// of round R holds impossible TSC values).
+    #[arg(long, value_name = "SPEC", value_parser = parse_inject, verbatim_doc_comment)]
+    pub inject: Option<Injection>,
 }
 
 impl Default for RunArgs {
@@ -171,6 +200,8 @@ impl Default for RunArgs {
             json: false,
             timeout: None,
             guest: None,
+            output: None,
+            inject: None,
         }
     }
 }
@@ -182,6 +213,30 @@ impl RunArgs {
             VariantChoice::All => Variant::ALL.to_vec(),
             VariantChoice::One(v) => vec![*v],
         }
+    }
+
+    /// Checks what clap cannot check alone (options against each other);
+    /// the error names the problem and the fix.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(inj) = &self.inject {
+            if inj.vcpu >= self.vcpus {
+                return Err(format!(
+                    "--inject names vCPU {} but the run has {} vCPU(s); use vcpu=0..{}",
+                    inj.vcpu,
+                    self.vcpus,
+                    self.vcpus - 1
+                ));
+            }
+            if inj.round >= self.rounds {
+                return Err(format!(
+                    "--inject names round {} but the run has {} round(s); use round=0..{}",
+                    inj.round,
+                    self.rounds,
+                    self.rounds - 1
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The deadline of one variant's run.
@@ -244,6 +299,65 @@ fn parse_rounds(s: &str) -> Result<u32, String> {
         return Err("at least one round is needed; use --rounds 1 or more".into());
     }
     Ok(n)
+}
+
+fn valid_injections() -> String {
+    Inject::ALL[1..]
+        .iter()
+        .map(|k| k.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn parse_inject(s: &str) -> Result<Injection, String> {
+    let mut parts = s.split(',');
+    let kind_name = parts.next().unwrap_or_default().trim();
+    let kind = Inject::from_name(kind_name)
+        .filter(|k| *k != Inject::None)
+        .ok_or_else(|| format!("unknown fault '{kind_name}'; valid: {}", valid_injections()))?;
+    let mut inj = Injection {
+        kind,
+        vcpu: 0,
+        round: 0,
+        iteration: 0,
+        cycles: 0,
+    };
+    for part in parts {
+        let (key, value) = part.split_once('=').ok_or_else(|| {
+            format!("'{part}' is not KEY=VALUE; use vcpu=, round=, iter= or cycles=")
+        })?;
+        let number = |what: &str| -> Result<u64, String> {
+            value
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{what}='{value}' is not a whole number"))
+        };
+        let small = |what: &str| -> Result<u32, String> {
+            u32::try_from(number(what)?).map_err(|_| format!("{what}={value} is too large"))
+        };
+        match key.trim() {
+            "vcpu" => inj.vcpu = small("vcpu")?,
+            "round" => inj.round = small("round")?,
+            "iter" => inj.iteration = small("iter")?,
+            "cycles" => inj.cycles = number("cycles")?,
+            other => {
+                return Err(format!(
+                    "unknown key '{other}'; use vcpu=, round=, iter= or cycles="
+                ))
+            }
+        }
+    }
+    if inj.iteration >= ITERATIONS {
+        return Err(format!(
+            "iter={} is out of range; the rendezvous has iterations 0..={}",
+            inj.iteration,
+            ITERATIONS - 1
+        ));
+    }
+    if kind == Inject::Delay && inj.cycles == 0 {
+        return Err("delay needs a number of cycles, e.g. delay,vcpu=1,cycles=1000000".into());
+    }
+    Ok(inj)
 }
 
 fn parse_timeout(s: &str) -> Result<f64, String> {
@@ -367,6 +481,42 @@ mod tests {
             .to_string();
         assert!(e.contains("positive"), "{e}");
         assert!(parse(&["run", "--vcpus", "two"]).is_err());
+    }
+
+    #[test]
+    fn injections_parse_and_bad_ones_name_the_fix() {
+        let a = run_args(&["--inject", "stall,vcpu=1,round=2,iter=3"]);
+        assert_eq!(
+            a.inject,
+            Some(Injection {
+                kind: Inject::Stall,
+                vcpu: 1,
+                round: 2,
+                iteration: 3,
+                cycles: 0
+            })
+        );
+        assert!(a.validate().is_ok(), "vCPU 1 of 2, round 2 of 100");
+        let a = run_args(&["--inject", "delay,cycles=5000", "--rounds", "1"]);
+        assert_eq!(a.inject.map(|i| i.cycles), Some(5000));
+        assert!(a.validate().is_ok());
+        for (spec, words) in [
+            ("explode", "valid: stall, delay"),
+            ("stall,iter=5", "iterations 0..=4"),
+            ("stall,vcpu", "KEY=VALUE"),
+            ("stall,cpu=1", "unknown key"),
+            ("delay", "cycles"),
+            ("panic,round=x", "whole number"),
+        ] {
+            let e = parse(&["--inject", spec]).expect_err(spec).to_string();
+            assert!(e.contains(words), "{spec}: {e}");
+        }
+        let a = run_args(&["--inject", "panic,vcpu=2", "--vcpus", "2"]);
+        let e = a.validate().expect_err("vCPU 2 of 2");
+        assert!(e.contains("vcpu=0..1"), "{e}");
+        let a = run_args(&["--inject", "panic,round=3", "--rounds", "3"]);
+        let e = a.validate().expect_err("round 3 of 3");
+        assert!(e.contains("round=0..2"), "{e}");
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! `tsc-rendezvous`: the command-line entry point.
 //!
 //! Exit codes: 0 the run completed and was reported; 1 the run failed after it
-//! started (a vCPU error, a timeout, invalid guest data); 2 it could not run
-//! (bad arguments, no usable /dev/kvm, a missing KVM capability, a bad guest
-//! image).
+//! started (a vCPU error, a timeout, invalid guest data), with the rounds
+//! completed before still reported; 2 it could not run (bad arguments, no
+//! usable /dev/kvm, a missing KVM capability, a bad guest image); 128 + the
+//! signal number when SIGINT (130) or SIGTERM (143) stopped it.
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -13,8 +15,9 @@ use std::time::Instant;
 
 use tsc_rendezvous::check::{self, CheckOptions};
 use tsc_rendezvous::cli::{CheckArgs, Cli, Cmd, RunArgs};
-use tsc_rendezvous::report::{self, Report};
-use tsc_rendezvous::runner::{self, RunError, RunOptions};
+use tsc_rendezvous::guest_image;
+use tsc_rendezvous::report::{self, Report, VariantReport};
+use tsc_rendezvous::runner::{self, RunError, RunOptions, RunOutput};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -115,28 +118,122 @@ fn check(args: &CheckArgs) -> ExitCode {
     }
 }
 
+extern "C" fn on_stop_signal(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    if runner::stop_requested().is_some() {
+        // The second one: the user insists. Die of the signal at once.
+        // SAFETY: signal(2) and raise(3) are async-signal-safe; restoring the
+        // default action makes the raise terminate the process.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            libc::raise(signal);
+        }
+        return;
+    }
+    // Async-signal-safe: it only stores to an atomic. The run then stops
+    // its vCPUs, keeps the completed rounds and exits with 128 + signal.
+    runner::request_stop(signal);
+}
+
+/// Ctrl-C and SIGTERM stop the run cleanly instead of killing the process.
+fn install_stop_handlers() -> Result<(), String> {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        vmm_sys_util::signal::register_signal_handler(signal, on_stop_signal).map_err(|e| {
+            format!(
+                "cannot install the {} handler: {e}",
+                runner::signal_name(signal)
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// A usage-level error: one line, exit code 2.
+fn usage_error(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(2)
+}
+
+fn read_guest(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        format!(
+            "cannot read the guest image {}: {e}; give the path of a guest ELF",
+            path.display()
+        )
+    })?;
+    guest_image::check(&bytes).map_err(|e| {
+        format!(
+            "the guest image {} is unusable: {e}; give a static, non-PIE x86-64 ELF linked inside {:#x}..{:#x}",
+            path.display(),
+            tsc_contract::layout::IMAGE,
+            tsc_contract::layout::IMAGE_END
+        )
+    })?;
+    Ok(bytes)
+}
+
+/// The `--output` stream: one JSON line per completed round, flushed at once.
+struct Stream {
+    out: Option<BufWriter<File>>,
+    vcpus: u32,
+}
+
+impl Stream {
+    fn write(&mut self, round: &tsc_rendezvous::analysis::RoundResult) -> Result<(), String> {
+        let Some(out) = self.out.as_mut() else {
+            return Ok(());
+        };
+        let line = report::round_line(self.vcpus, round).map_err(|e| e.to_string())?;
+        out.write_all(line.as_bytes())
+            .and_then(|_| out.write_all(b"\n"))
+            .and_then(|_| out.flush())
+            .map_err(|e| e.to_string())
+    }
+}
+
 fn run(args: &RunArgs) -> ExitCode {
+    if let Err(e) = args.validate() {
+        return usage_error(e);
+    }
     let image = match &args.guest {
-        Some(path) => match std::fs::read(path) {
+        Some(path) => match read_guest(path) {
             Ok(bytes) => Some(bytes),
-            Err(e) => {
-                eprintln!(
-                    "error: cannot read the guest image {}: {e}; give the path of a guest ELF",
-                    path.display()
-                );
-                return ExitCode::from(2);
-            }
+            Err(e) => return usage_error(e),
         },
         None => None,
     };
-    let mut runs = Vec::new();
+    let mut stream = Stream {
+        out: None,
+        vcpus: args.vcpus,
+    };
+    if let Some(path) = &args.output {
+        match File::create(path) {
+            Ok(f) => stream.out = Some(BufWriter::new(f)),
+            Err(e) => {
+                return usage_error(format_args!(
+                    "cannot create the --output file {}: {e}; give a writable path",
+                    path.display()
+                ))
+            }
+        }
+    }
+    if let Err(e) = install_stop_handlers() {
+        return usage_error(e);
+    }
+
+    let mut runs: Vec<VariantReport> = Vec::new();
     let mut host = None;
+    let mut failure = None;
     for variant in args.variants() {
+        if let Some(signal) = runner::stop_requested() {
+            failure = Some((RunError::Interrupted { signal, round: 0 }, variant));
+            break;
+        }
         let opts = RunOptions {
             vcpus: args.vcpus,
             schedule: vec![variant; args.rounds as usize],
             timeout: args.timeout(),
             image: image.clone(),
+            inject: args.inject,
         };
         log::info!(
             "running {} on {} vCPUs, {} rounds",
@@ -144,46 +241,79 @@ fn run(args: &RunArgs) -> ExitCode {
             args.vcpus,
             args.rounds
         );
-        match runner::run(&opts) {
+        match runner::run_streaming(&opts, &mut |r| stream.write(r)) {
             Ok(out) => {
                 host.get_or_insert_with(|| out.host.clone());
                 runs.push(report::variant_report(variant.name(), out));
             }
             Err(f) => {
-                eprintln!("error: {} (variant {})", f.error, variant.name());
-                if !f.completed.is_empty() {
-                    eprintln!(
-                        "note: {} round(s) had completed before the error",
-                        f.completed.len()
-                    );
+                if host.is_none() {
+                    host = f.host.map(|h| *h);
                 }
-                let setup = matches!(f.error, RunError::Vm(_) | RunError::Signal(_));
-                return ExitCode::from(if setup { 2 } else { 1 });
+                if let (false, Some(h)) = (f.completed.is_empty(), &host) {
+                    let partial = RunOutput {
+                        host: h.clone(),
+                        vcpus: args.vcpus,
+                        initial: Vec::new(),
+                        notes: vec![format!(
+                            "incomplete: {} of {} round(s) completed before the error: {}",
+                            f.completed.len(),
+                            args.rounds,
+                            f.error
+                        )],
+                        rounds: f.completed,
+                    };
+                    runs.push(report::variant_report(variant.name(), partial));
+                }
+                failure = Some((f.error, variant));
+                break;
             }
         }
     }
-    let Some(host) = host else {
-        eprintln!("error: nothing ran");
-        return ExitCode::from(1);
-    };
-    let report = Report {
-        schema: report::SCHEMA,
-        tool_version: env!("CARGO_PKG_VERSION"),
-        host,
-        vcpus: args.vcpus,
-        rounds_per_variant: args.rounds,
-        runs,
-    };
-    let text = if args.json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(s) => s + "\n",
-            Err(e) => {
-                eprintln!("error: cannot encode the report as JSON: {e}");
+
+    // Whatever completed is reported, failure or not.
+    if let Some(host) = host.filter(|_| !runs.is_empty()) {
+        let report = Report {
+            schema: report::SCHEMA,
+            tool_version: env!("CARGO_PKG_VERSION"),
+            host,
+            vcpus: args.vcpus,
+            rounds_per_variant: args.rounds,
+            runs,
+        };
+        if let Err(e) = print_report(&report, args.json) {
+            eprintln!("error: cannot print the report: {e}");
+            if failure.is_none() {
                 return ExitCode::from(1);
             }
         }
-    } else {
-        report::render_text(&report)
+    }
+
+    let Some((error, variant)) = failure else {
+        return ExitCode::SUCCESS;
     };
-    write_stdout(&text)
+    eprintln!("error: {error} (variant {})", variant.name());
+    ExitCode::from(exit_code(&error))
+}
+
+fn print_report(report: &Report, json: bool) -> Result<(), String> {
+    let text = if json {
+        serde_json::to_string_pretty(report).map_err(|e| e.to_string())? + "\n"
+    } else {
+        report::render_text(report)
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+        .map_err(|e| e.to_string())
+}
+
+/// 2: could not run; 128 + signal: stopped by a signal; 1: failed while running.
+fn exit_code(error: &RunError) -> u8 {
+    match error {
+        RunError::Vm(_) | RunError::Signal(_) => 2,
+        RunError::Interrupted { signal, .. } => (128 + (*signal).clamp(1, 127)) as u8,
+        _ => 1,
+    }
 }

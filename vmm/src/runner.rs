@@ -3,13 +3,16 @@
 //! records and analyse the round. The coordinator is the calling thread.
 
 use std::fmt;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kvm_ioctls::VcpuFd;
 use serde::Serialize;
-use tsc_contract::{layout, RecordError, RoundRecord, Variant, RECORD_SIZE};
+use tsc_contract::{
+    layout, Config, Inject, Progress, RecordError, RoundRecord, Variant, RECORD_SIZE,
+};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::analysis::{self, RoundResult, VcpuSample};
@@ -29,7 +32,69 @@ pub struct RunOptions {
     pub timeout: Duration,
     /// The guest image; the embedded one when `None`.
     pub image: Option<Vec<u8>>,
+    /// A fault for the guest to inject (testing the error handling).
+    pub inject: Option<Injection>,
 }
+
+impl Default for RunOptions {
+    /// 2 vCPUs, one round of the seed, the default timeout, the embedded guest.
+    fn default() -> Self {
+        RunOptions {
+            vcpus: 2,
+            schedule: vec![Variant::Xen6ca022a1],
+            timeout: crate::cli::default_timeout(2, 1),
+            image: None,
+            inject: None,
+        }
+    }
+}
+
+/// A fault the guest injects on purpose (`--inject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Injection {
+    /// What to do.
+    pub kind: Inject,
+    /// On which vCPU.
+    pub vcpu: u32,
+    /// In which round (0-based).
+    pub round: u32,
+    /// In which rendezvous iteration (0-based; stall, triple fault, panic).
+    pub iteration: u32,
+    /// For [`Inject::Delay`]: TSC cycles before the final write.
+    pub cycles: u64,
+}
+
+impl Injection {
+    /// Writes the injection into a guest config.
+    pub fn apply(&self, c: &mut Config) {
+        c.inject_kind = self.kind as u32;
+        c.inject_vcpu = self.vcpu;
+        c.inject_round = self.round;
+        c.inject_iteration = self.iteration;
+        c.inject_cycles = self.cycles;
+    }
+}
+
+/// The signal that asked the run to stop, 0 for none.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// Asks every run in this process to stop as soon as it can, keeping the
+/// rounds completed so far (it ends with [`RunError::Interrupted`]). Only
+/// stores to an atomic: safe to call from a signal handler.
+pub fn request_stop(signal: i32) {
+    STOP_SIGNAL.store(signal.max(1), Ordering::SeqCst);
+}
+
+/// The signal passed to [`request_stop`], if any.
+pub fn stop_requested() -> Option<i32> {
+    match STOP_SIGNAL.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// How often the coordinator looks for a stop request while it waits.
+const POLL: Duration = Duration::from_millis(50);
 
 /// How long stopped vCPU threads get to end before they are abandoned.
 const JOIN_GRACE: Duration = Duration::from_secs(5);
@@ -81,15 +146,33 @@ pub enum RunError {
     Timeout {
         /// The round running.
         round: u32,
-        /// vCPUs that had not reported.
-        missing: Vec<u32>,
+        /// vCPUs that had not reported, with where each said it was (from its
+        /// progress slot in guest memory; `None` when unreadable).
+        missing: Vec<(u32, Option<Progress>)>,
         /// The rendezvous semaphore, read from guest memory.
         semaphore: Option<u32>,
         /// The deadline.
         timeout: Duration,
     },
+    /// SIGINT or SIGTERM (or [`request_stop`]) stopped the run.
+    Interrupted {
+        /// The signal.
+        signal: i32,
+        /// The round running.
+        round: u32,
+    },
+    /// A completed round could not be streamed out (`--output`).
+    Output(String),
     /// A vCPU thread ended without saying why.
     Lost(u32),
+    /// The guest said it had finished every round (and halted) while a round
+    /// was still running.
+    FinishedEarly {
+        /// The vCPU.
+        vcpu: u32,
+        /// The round running.
+        round: u32,
+    },
 }
 
 impl fmt::Display for RunError {
@@ -122,22 +205,52 @@ impl fmt::Display for RunError {
                 semaphore,
                 timeout,
             } => {
+                let ids: Vec<String> = missing.iter().map(|(v, _)| v.to_string()).collect();
                 write!(
                     f,
-                    "timed out after {:.1} s in round {round}: vCPU(s) {missing:?} had not arrived",
-                    timeout.as_secs_f64()
+                    "timed out after {:.1} s in round {round}: vCPU(s) {} had not arrived",
+                    timeout.as_secs_f64(),
+                    ids.join(", ")
                 )?;
-                if let Some(s) = semaphore {
-                    write!(f, " (rendezvous semaphore = {s})")?;
+                for (i, (v, p)) in missing.iter().enumerate() {
+                    let sep = if i == 0 { "; " } else { ", " };
+                    match p {
+                        Some(p) => write!(f, "{sep}vCPU {v} {p}")?,
+                        None => write!(f, "{sep}vCPU {v}'s progress is unreadable")?,
+                    }
                 }
-                Ok(())
+                match semaphore {
+                    Some(s) => write!(f, "; rendezvous semaphore = {s} (read from guest memory)")?,
+                    None => write!(f, "; rendezvous semaphore unreadable")?,
+                }
+                write!(f, "; raise --timeout if the host is only slow")
             }
+            RunError::Interrupted { signal, round } => write!(
+                f,
+                "interrupted by {} in round {round}; the vCPUs were stopped",
+                signal_name(*signal)
+            ),
+            RunError::Output(e) => write!(f, "cannot write a round to --output: {e}"),
             RunError::Lost(v) => write!(f, "vCPU {v}'s thread ended unexpectedly"),
+            RunError::FinishedEarly { vcpu, round } => write!(
+                f,
+                "vCPU {vcpu} reported it had finished every round while round {round} was running"
+            ),
         }
     }
 }
 
 impl std::error::Error for RunError {}
+
+/// A signal's name, for messages.
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT (Ctrl-C)".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        s => format!("signal {s}"),
+    }
+}
 
 /// A run that ended early, with the rounds it completed.
 #[derive(Debug)]
@@ -146,6 +259,9 @@ pub struct Failure {
     pub error: RunError,
     /// Rounds completed before it.
     pub completed: Vec<RoundResult>,
+    /// Host facts, when the run got as far as reading them (boxed: keeps the
+    /// error small).
+    pub host: Option<Box<HostInfo>>,
 }
 
 impl fmt::Display for Failure {
@@ -173,7 +289,15 @@ fn fail(error: RunError) -> Failure {
     Failure {
         error,
         completed: Vec::new(),
+        host: None,
     }
+}
+
+/// Why waiting for a vCPU event ended without one.
+enum Wait {
+    Timeout,
+    Disconnected,
+    Interrupted(i32),
 }
 
 /// The vCPU threads of one VM and the channels to them.
@@ -184,6 +308,7 @@ pub(crate) struct Threads {
     kickers: Vec<Kicker>,
     deadline: Instant,
     timeout: Duration,
+    rounds: u32,
 }
 
 impl Threads {
@@ -201,13 +326,30 @@ impl Threads {
         }
     }
 
-    pub(crate) fn recv(&self) -> Result<Event, RecvTimeoutError> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        self.events.recv_timeout(left)
+    /// The next event, waiting until the deadline at most, and looking for a
+    /// stop request every [`POLL`].
+    fn recv(&self) -> Result<Event, Wait> {
+        loop {
+            if let Some(signal) = stop_requested() {
+                return Err(Wait::Interrupted(signal));
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Wait::Timeout);
+            }
+            match self.events.recv_timeout(left.min(POLL)) {
+                Ok(ev) => return Ok(ev),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(Wait::Disconnected),
+            }
+        }
     }
 
-    /// Stops every vCPU thread and joins them within a bounded time.
-    pub(crate) fn shutdown(mut self) {
+    /// Stops every vCPU thread and joins them within a bounded time. Returns
+    /// false when a thread had to be abandoned: then the VM and its memory
+    /// must not be freed either (the thread may still be in KVM_RUN).
+    #[must_use]
+    pub(crate) fn shutdown(mut self) -> bool {
         self.send_all(Command::Stop);
         self.commands.clear();
         for (k, h) in self.kickers.iter().zip(&self.handles) {
@@ -231,13 +373,14 @@ impl Threads {
             // Its kicker's mapping must outlive it: leak both.
             std::mem::forget(self.kickers);
             std::mem::forget(self.handles);
-            return;
+            return false;
         }
         // Join every thread, and only then drop the vCPU fds and the kickers
         // that point into their mappings.
         let fds: Vec<_> = self.handles.into_iter().map(|h| h.join()).collect();
         drop(self.kickers);
         drop(fds);
+        true
     }
 }
 
@@ -254,15 +397,26 @@ pub(crate) fn collect<T>(
     while remaining > 0 {
         let ev = match t.recv() {
             Ok(ev) => ev,
-            Err(RecvTimeoutError::Timeout) => {
+            Err(Wait::Timeout) => {
+                // The vCPUs are still running: these are snapshots, which is
+                // all a diagnosis needs. Every value is untrusted and decoded
+                // with checks.
+                let rounds = t.rounds;
                 return Err(RunError::Timeout {
                     round,
-                    missing: (0..n).filter(|&i| got[i as usize].is_none()).collect(),
+                    missing: (0..n)
+                        .filter(|&i| got[i as usize].is_none())
+                        .map(|i| {
+                            let p = vm::read_progress(mem, i).map(|w| Progress::decode(w, rounds));
+                            (i, p)
+                        })
+                        .collect(),
                     semaphore: vm::read_semaphore(mem),
                     timeout: t.timeout,
-                })
+                });
             }
-            Err(RecvTimeoutError::Disconnected) => {
+            Err(Wait::Interrupted(signal)) => return Err(RunError::Interrupted { signal, round }),
+            Err(Wait::Disconnected) => {
                 let lost = (0..n).find(|&i| got[i as usize].is_none()).unwrap_or(0);
                 return Err(RunError::Lost(lost));
             }
@@ -309,12 +463,14 @@ pub(crate) fn read_record(mem: &GuestMemoryMmap, vcpu: u32) -> Option<RoundRecor
 }
 
 /// Starts one thread per vCPU of `machine` (taking its vCPU fds); the run's
-/// deadline is `timeout` from now.
+/// deadline is `timeout` from now. On error, the flag says whether every
+/// thread already started was joined.
 pub(crate) fn spawn_threads(
     machine: &mut Vm,
     with_offset: bool,
     timeout: Duration,
-) -> Result<Threads, RunError> {
+    rounds: u32,
+) -> Result<Threads, (RunError, bool)> {
     let (event_tx, event_rx) = mpsc::channel();
     let mut threads = Threads {
         commands: Vec::new(),
@@ -323,6 +479,7 @@ pub(crate) fn spawn_threads(
         kickers: Vec::new(),
         deadline: Instant::now() + timeout,
         timeout,
+        rounds,
     };
     for (index, fd) in std::mem::take(&mut machine.vcpus).into_iter().enumerate() {
         let (tx, rx) = mpsc::channel();
@@ -334,8 +491,10 @@ pub(crate) fn spawn_threads(
                 threads.kickers.push(kicker);
             }
             Err(e) => {
-                threads.shutdown();
-                return Err(RunError::Spawn(e));
+                // On failure the caller must leak the VM if not every thread
+                // could be joined.
+                let joined = threads.shutdown();
+                return Err((RunError::Spawn(e), joined));
             }
         }
     }
@@ -343,7 +502,20 @@ pub(crate) fn spawn_threads(
 }
 
 /// Runs the rendezvous on `opts.vcpus` vCPUs for every round of `opts.schedule`.
+// A run returns once: the size of its error does not matter.
+#[allow(clippy::result_large_err)]
 pub fn run(opts: &RunOptions) -> Result<RunOutput, Failure> {
+    run_streaming(opts, &mut |_| Ok(()))
+}
+
+/// As [`run`], handing every round to `on_round` as soon as it is complete
+/// (e.g. to stream it to a file); an error from it ends the run with
+/// [`RunError::Output`].
+#[allow(clippy::result_large_err)]
+pub fn run_streaming(
+    opts: &RunOptions,
+    on_round: &mut dyn FnMut(&RoundResult) -> Result<(), String>,
+) -> Result<RunOutput, Failure> {
     let n = opts.vcpus;
     let rounds = u32::try_from(opts.schedule.len()).unwrap_or(u32::MAX);
     let first = opts
@@ -358,36 +530,64 @@ pub fn run(opts: &RunOptions) -> Result<RunOutput, Failure> {
     let kvm = vm::open_kvm().map_err(|e| fail(RunError::Vm(e)))?;
     let mut machine =
         Vm::new(kvm, n, rounds, first, 0, image).map_err(|e| fail(RunError::Vm(e)))?;
+    if let Some(inj) = &opts.inject {
+        let mut c = Config::default();
+        inj.apply(&mut c);
+        vm::write_injection(&machine.mem, &c).map_err(|e| fail(RunError::Vm(e)))?;
+    }
     vcpu::install_kick_handler().map_err(|e| fail(RunError::Signal(e.to_string())))?;
 
     let with_offset = machine.vcpus.first().is_some_and(tsc::has_offset_attr);
     let mem = machine.mem.clone();
-    let threads = spawn_threads(&mut machine, with_offset, opts.timeout).map_err(fail)?;
+    let threads = match spawn_threads(&mut machine, with_offset, opts.timeout, rounds) {
+        Ok(t) => t,
+        Err((e, joined)) => {
+            if !joined {
+                std::mem::forget(mem);
+                std::mem::forget(machine);
+            }
+            return Err(fail(e));
+        }
+    };
 
     let mut completed = Vec::new();
+    let mut host = None;
     let result = drive(
         &threads,
         &mem,
         n,
         opts,
-        with_offset,
-        machine.guest_tsc_adjust,
+        (with_offset, machine.guest_tsc_adjust),
         &mut completed,
+        &mut host,
+        on_round,
     );
-    threads.shutdown();
-    // The VM (and its memory) is dropped only now, after every vCPU thread.
-    drop(machine);
-    result.map_err(|error| Failure { error, completed })
+    if threads.shutdown() {
+        // The VM (and its memory) is dropped only now, after every vCPU thread.
+        drop(machine);
+    } else {
+        // A vCPU thread is still alive: leak what it may still use rather
+        // than unmap memory under it. The process is about to report an error.
+        std::mem::forget(mem);
+        std::mem::forget(machine);
+    }
+    result.map_err(|error| Failure {
+        error,
+        completed,
+        host: host.map(Box::new),
+    })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn drive(
     t: &Threads,
     mem: &GuestMemoryMmap,
     n: u32,
     opts: &RunOptions,
-    with_offset: bool,
-    guest_tsc_adjust: bool,
+    (with_offset, guest_tsc_adjust): (bool, bool),
     completed: &mut Vec<RoundResult>,
+    host_out: &mut Option<HostInfo>,
+    on_round: &mut dyn FnMut(&RoundResult) -> Result<(), String>,
 ) -> Result<RunOutput, RunError> {
     let initial = readback_all(t, n, 0, mem)?;
     let mut notes = Vec::new();
@@ -403,6 +603,7 @@ fn drive(
         tsc_offset_attr: with_offset,
         guest_tsc_adjust,
     };
+    *host_out = Some(info.clone());
     if let Some(s) = initial.iter().find(|s| s.offset != initial[0].offset) {
         notes.push(format!(
             "the vCPUs did not start with the same TSC offset ({:?} vs {:?})",
@@ -430,11 +631,7 @@ fn drive(
                 expected: round,
                 found: r,
             }),
-            Event::Finished { vcpu } => Err(RunError::WrongRound {
-                vcpu,
-                expected: round,
-                found: u32::MAX,
-            }),
+            Event::Finished { vcpu } => Err(RunError::FinishedEarly { vcpu, round }),
             _ => Ok(None),
         })?;
         let after = readback_all(t, n, round, mem)?;
@@ -459,6 +656,9 @@ fn drive(
             log::warn!("round {round}: {d}");
         }
         completed.push(result);
+        if let Some(r) = completed.last() {
+            on_round(r).map_err(RunError::Output)?;
+        }
         before = after;
         vm::reset_rendezvous(mem).map_err(RunError::Vm)?;
     }

@@ -15,12 +15,14 @@ use crate::vstate::vm::{self, Vm};
 /// A running command-mode VM. Dropping it stops every vCPU.
 pub struct Session {
     threads: Option<Threads>,
-    // Declared after `threads`: dropped after every vCPU thread has ended.
-    machine: Vm,
-    mem: GuestMemoryMmap,
+    // Dropped only after every vCPU thread has ended (leaked if one never
+    // does, rather than unmapped under it).
+    machine: Option<Vm>,
+    mem: Option<GuestMemoryMmap>,
     n: u32,
     seq: u32,
     with_offset: bool,
+    guest_tsc_adjust: bool,
 }
 
 impl Session {
@@ -41,14 +43,25 @@ impl Session {
         vcpu::install_kick_handler().map_err(|e| RunError::Signal(e.to_string()))?;
         let with_offset = machine.vcpus.first().is_some_and(tsc::has_offset_attr);
         let mem = machine.mem.clone();
-        let threads = runner::spawn_threads(&mut machine, with_offset, timeout)?;
+        let threads = match runner::spawn_threads(&mut machine, with_offset, timeout, u32::MAX) {
+            Ok(t) => t,
+            Err((e, joined)) => {
+                if !joined {
+                    std::mem::forget(mem);
+                    std::mem::forget(machine);
+                }
+                return Err(e);
+            }
+        };
+        let guest_tsc_adjust = machine.guest_tsc_adjust;
         let mut s = Session {
             threads: Some(threads),
-            machine,
-            mem,
+            machine: Some(machine),
+            mem: Some(mem),
             n: vcpus,
             seq: 0,
             with_offset,
+            guest_tsc_adjust,
         };
         s.run_all()?;
         Ok(s)
@@ -71,12 +84,16 @@ impl Session {
 
     /// Whether the guest's CPUID exposes IA32_TSC_ADJUST.
     pub fn guest_tsc_adjust(&self) -> bool {
-        self.machine.guest_tsc_adjust
+        self.guest_tsc_adjust
     }
 
     /// The KVM system fd (for capability checks).
-    pub fn kvm(&self) -> &kvm_ioctls::Kvm {
-        &self.machine.kvm
+    pub fn kvm(&self) -> Option<&kvm_ioctls::Kvm> {
+        self.machine.as_ref().map(|m| &m.kvm)
+    }
+
+    fn mem(&self) -> Result<&GuestMemoryMmap, RunError> {
+        self.mem.as_ref().ok_or(RunError::Lost(0))
     }
 
     /// Resumes every vCPU and waits until all have reported the next command
@@ -85,7 +102,7 @@ impl Session {
         let t = self.threads();
         let seq = self.seq;
         t.send_all(Command::Run);
-        runner::collect(t, self.n, seq, &self.mem, |ev| match ev {
+        runner::collect(t, self.n, seq, self.mem()?, |ev| match ev {
             Event::RoundDone { vcpu, round } if round == seq => Ok(Some((vcpu, ()))),
             Event::RoundDone { vcpu, round } => Err(RunError::WrongRound {
                 vcpu,
@@ -109,17 +126,19 @@ impl Session {
         let needs_reset = cmds
             .iter()
             .any(|c| c.op == Op::Rendezvous as u32 || c.op == Op::Warp as u32);
+        let mem = self.mem()?;
         if needs_reset {
-            vm::reset_rendezvous(&self.mem).map_err(RunError::Vm)?;
-            vm::reset_warp(&self.mem).map_err(RunError::Vm)?;
+            vm::reset_rendezvous(mem).map_err(RunError::Vm)?;
+            vm::reset_warp(mem).map_err(RunError::Vm)?;
         }
         for i in 0..self.n {
             let c = cmds.get(i as usize).copied().unwrap_or_default();
-            vm::write_command(&self.mem, i, &c).map_err(RunError::Vm)?;
+            vm::write_command(mem, i, &c).map_err(RunError::Vm)?;
         }
         self.run_all()?;
+        let mem = self.mem()?;
         (0..self.n)
-            .map(|i| vm::read_command(&self.mem, i).map_err(RunError::Vm))
+            .map(|i| vm::read_command(mem, i).map_err(RunError::Vm))
             .collect()
     }
 
@@ -189,9 +208,10 @@ impl Session {
             self.n as usize
         ];
         self.exec(&cmds)?;
+        let mem = self.mem()?;
         (0..self.n)
             .map(|vcpu| {
-                let rec = runner::read_record(&self.mem, vcpu).ok_or(RunError::BadRecord {
+                let rec = runner::read_record(mem, vcpu).ok_or(RunError::BadRecord {
                     vcpu,
                     round,
                     error: tsc_contract::RecordError::BadMagic(0),
@@ -223,13 +243,13 @@ impl Session {
 
     /// Every vCPU's TSC state as KVM reports it.
     pub fn readback(&self) -> Result<Vec<TscState>, RunError> {
-        runner::readback_all(self.threads(), self.n, self.seq, &self.mem)
+        runner::readback_all(self.threads(), self.n, self.seq, self.mem()?)
     }
 
     fn msr_op(&self, vcpu: u32, cmd: Command) -> Result<u64, RunError> {
         let t = self.threads();
         t.send(vcpu, cmd);
-        let mut got = runner::collect(t, 1, self.seq, &self.mem, |ev| match ev {
+        let mut got = runner::collect(t, 1, self.seq, self.mem()?, |ev| match ev {
             Event::Msr { vcpu: v, value, .. } if v == vcpu => match value {
                 Ok(x) => Ok(Some((0, x))),
                 Err(error) => Err(RunError::Readback { vcpu, error }),
@@ -253,7 +273,12 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         if let Some(t) = self.threads.take() {
-            t.shutdown();
+            if !t.shutdown() {
+                // A vCPU thread is still alive: leak what it may still use
+                // rather than unmap guest memory under it.
+                std::mem::forget(self.mem.take());
+                std::mem::forget(self.machine.take());
+            }
         }
     }
 }

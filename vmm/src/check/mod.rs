@@ -441,7 +441,7 @@ pub fn run_checks(opts: &CheckOptions) -> Result<CheckReport, RunError> {
         tsc_khz,
         tsc_offset_attr: s.has_offset_attr(),
         guest_tsc_adjust: s.guest_tsc_adjust(),
-        kvm_capabilities: capabilities(s.kvm()),
+        kvm_capabilities: s.kvm().map(capabilities).unwrap_or_default(),
     };
 
     // 1. Same start.

@@ -15,6 +15,31 @@ pub use text::render_text;
 /// The schema identifier written into every JSON report.
 pub const SCHEMA: &str = "tsc-rendezvous/run/v1";
 
+/// The schema identifier of every line `--output` streams.
+pub const ROUND_LINE_SCHEMA: &str = "tsc-rendezvous/round/v1";
+
+/// One line of `--output`: a completed round, as in the report's `rounds`,
+/// plus the schema and the vCPU count.
+#[derive(Debug, Serialize)]
+pub struct RoundLine<'a> {
+    /// [`ROUND_LINE_SCHEMA`].
+    pub schema: &'static str,
+    /// vCPU count of the run.
+    pub vcpu_count: u32,
+    /// The round (its fields are inlined).
+    #[serde(flatten)]
+    pub round: &'a RoundResult,
+}
+
+/// One `--output` line for `round` (no trailing newline).
+pub fn round_line(vcpu_count: u32, round: &RoundResult) -> serde_json::Result<String> {
+    serde_json::to_string(&RoundLine {
+        schema: ROUND_LINE_SCHEMA,
+        vcpu_count,
+        round,
+    })
+}
+
 /// One variant's run, as reported.
 #[derive(Clone, Debug, Serialize)]
 pub struct VariantReport {

@@ -354,8 +354,20 @@ impl VcpuThread {
     }
 
     /// The thread's body: obey commands until told to stop or the guest ends.
-    /// Returns the vCPU fd, so that its `kvm_run` mapping outlives the thread.
+    /// Returns the vCPU fd, so that its `kvm_run` mapping outlives the thread
+    /// (the [`Kicker`] may still write to it until the thread is joined) --
+    /// even if the loop panics: the panic is caught, reported as
+    /// [`Event::Stopped`] (the runner's "thread ended unexpectedly"), and the
+    /// fd is still handed back.
     pub fn run(mut self) -> VcpuFd {
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve()));
+        if caught.is_err() {
+            let _ = self.events.send(Event::Stopped { vcpu: self.index });
+        }
+        self.fd
+    }
+
+    fn serve(&mut self) {
         while let Ok(cmd) = self.commands.recv() {
             let (event, end) = match cmd {
                 Command::Stop => break,
@@ -398,7 +410,6 @@ impl VcpuThread {
                 break;
             }
         }
-        self.fd
     }
 
     fn regs(&self) -> Option<RegsSnapshot> {

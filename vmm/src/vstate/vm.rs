@@ -18,6 +18,13 @@ use crate::guest_image::{self, ImageError};
 pub enum VmError {
     /// /dev/kvm could not be opened.
     OpenKvm(kvm_ioctls::Error),
+    /// The device opened is not a KVM with the stable API (KVM_GET_API_VERSION).
+    NotKvm {
+        /// The device path.
+        path: String,
+        /// What KVM_GET_API_VERSION said (-1: the ioctl failed).
+        api: i32,
+    },
     /// KVM lacks something this tool needs.
     MissingCapability(&'static str),
     /// More vCPUs than KVM or the memory layout allow.
@@ -46,8 +53,13 @@ impl fmt::Display for VmError {
                     libc::EACCES | libc::EPERM => "no permission: add yourself to the kvm group (`sudo usermod -aG kvm $USER`, then log in again) or install a udev rule giving /dev/kvm mode 0666",
                     _ => "check that /dev/kvm exists and is readable and writable",
                 };
-                write!(f, "cannot open /dev/kvm ({e}): {hint}")
+                write!(f, "cannot open {} ({e}): {hint}", kvm_device())
             }
+            VmError::NotKvm { path, api } => write!(
+                f,
+                "{path} is not a usable KVM device (KVM_GET_API_VERSION returned {api}, expected 12); \
+                 check that it is the kvm character device (10:232)"
+            ),
             VmError::MissingCapability(c) => {
                 write!(
                     f,
@@ -93,9 +105,67 @@ pub fn max_vcpus(kvm: &Kvm) -> u32 {
     u32::try_from(kvm.get_max_vcpus()).unwrap_or(u32::MAX)
 }
 
-/// Opens /dev/kvm with a clear error.
+/// Test-only: the KVM device path, instead of `/dev/kvm` (to test the errors
+/// for a missing or unusable device).
+pub const KVM_DEVICE_ENV: &str = "TSC_RENDEZVOUS_KVM_DEVICE";
+/// Test-only: the name of a KVM capability to pretend is missing (e.g.
+/// `KVM_CAP_IMMEDIATE_EXIT`), to test the missing-capability error.
+pub const HIDE_CAP_ENV: &str = "TSC_RENDEZVOUS_TEST_HIDE_CAP";
+
+/// The KVM device path: `/dev/kvm` unless the test-only variable
+/// [`KVM_DEVICE_ENV`] says otherwise.
+pub fn kvm_device() -> String {
+    std::env::var(KVM_DEVICE_ENV).unwrap_or_else(|_| "/dev/kvm".to_string())
+}
+
+/// Opens the KVM device with a clear error, and checks it is a KVM.
 pub fn open_kvm() -> Result<Kvm, VmError> {
-    Kvm::new().map_err(VmError::OpenKvm)
+    let path = kvm_device();
+    let c_path = std::ffi::CString::new(path.clone()).map_err(|_| VmError::NotKvm {
+        path: path.clone(),
+        api: -1,
+    })?;
+    let kvm = Kvm::new_with_path(&c_path).map_err(VmError::OpenKvm)?;
+    let api = kvm.get_api_version();
+    if api != 12 {
+        return Err(VmError::NotKvm { path, api });
+    }
+    Ok(kvm)
+}
+
+/// The capabilities this tool needs, by KVM name.
+pub const NEEDED_CAPS: [(Cap, &str); 4] = [
+    (Cap::UserMemory, "KVM_CAP_USER_MEMORY"),
+    (Cap::ExtCpuid, "KVM_CAP_EXT_CPUID"),
+    (Cap::GetTscKhz, "KVM_CAP_GET_TSC_KHZ"),
+    (Cap::ImmediateExit, "KVM_CAP_IMMEDIATE_EXIT"),
+];
+
+/// The first needed capability `has` lacks, by name.
+pub fn missing_capability(has: impl Fn(Cap, &str) -> bool) -> Option<&'static str> {
+    NEEDED_CAPS
+        .iter()
+        .find(|(cap, name)| !has(*cap, name))
+        .map(|&(_, name)| name)
+}
+
+/// Checks a requested vCPU count against the layout's and KVM's limits.
+pub fn check_vcpu_count(requested: u32, kvm_limit: u32) -> Result<(), VmError> {
+    if requested > layout::MAX_VCPUS {
+        return Err(VmError::TooManyVcpus {
+            requested,
+            limit: layout::MAX_VCPUS,
+            by: "the guest memory layout",
+        });
+    }
+    if requested > kvm_limit {
+        return Err(VmError::TooManyVcpus {
+            requested,
+            limit: kvm_limit,
+            by: "this KVM (KVM_CAP_MAX_VCPUS)",
+        });
+    }
+    Ok(())
 }
 
 impl Vm {
@@ -109,31 +179,13 @@ impl Vm {
         flags: u32,
         image: &[u8],
     ) -> Result<Vm, VmError> {
-        for (cap, name) in [
-            (Cap::UserMemory, "KVM_CAP_USER_MEMORY"),
-            (Cap::ExtCpuid, "KVM_CAP_EXT_CPUID"),
-            (Cap::GetTscKhz, "KVM_CAP_GET_TSC_KHZ"),
-            (Cap::ImmediateExit, "KVM_CAP_IMMEDIATE_EXIT"),
-        ] {
-            if !kvm.check_extension(cap) {
-                return Err(VmError::MissingCapability(name));
-            }
+        let hidden = std::env::var(HIDE_CAP_ENV).unwrap_or_default();
+        if let Some(name) =
+            missing_capability(|cap, name| name != hidden && kvm.check_extension(cap))
+        {
+            return Err(VmError::MissingCapability(name));
         }
-        if vcpus > layout::MAX_VCPUS {
-            return Err(VmError::TooManyVcpus {
-                requested: vcpus,
-                limit: layout::MAX_VCPUS,
-                by: "the guest memory layout",
-            });
-        }
-        let kvm_limit = max_vcpus(&kvm);
-        if vcpus > kvm_limit {
-            return Err(VmError::TooManyVcpus {
-                requested: vcpus,
-                limit: kvm_limit,
-                by: "this KVM (KVM_CAP_MAX_VCPUS)",
-            });
-        }
+        check_vcpu_count(vcpus, max_vcpus(&kvm))?;
 
         let fd = kvm
             .create_vm()
@@ -168,6 +220,7 @@ impl Vm {
             rounds,
             variant: variant as u32,
             flags,
+            ..Config::default()
         };
         write_config(&mem, &config)?;
         reset_rendezvous(&mem)?;
@@ -225,7 +278,33 @@ fn write_u64s(mem: &GuestMemoryMmap, words: &[u64], addr: u64) -> Result<(), VmE
 pub fn write_config(mem: &GuestMemoryMmap, c: &Config) -> Result<(), VmError> {
     let words = [c.magic, c.version, c.vcpus, c.rounds, c.variant, c.flags];
     mem.write_obj(words, GuestAddress(layout::CONFIG))
-        .map_err(mem_err)
+        .map_err(mem_err)?;
+    write_injection(mem, c)
+}
+
+/// Writes the fault-injection fields of `c` into the guest's config (before
+/// any vCPU runs).
+pub fn write_injection(mem: &GuestMemoryMmap, c: &Config) -> Result<(), VmError> {
+    let at = |offset: usize| GuestAddress(layout::CONFIG + offset as u64);
+    let words = [
+        c.inject_kind,
+        c.inject_vcpu,
+        c.inject_round,
+        c.inject_iteration,
+    ];
+    mem.write_obj(words, at(std::mem::offset_of!(Config, inject_kind)))
+        .map_err(mem_err)?;
+    mem.write_obj(
+        c.inject_cycles,
+        at(std::mem::offset_of!(Config, inject_cycles)),
+    )
+    .map_err(mem_err)
+}
+
+/// Reads vCPU `vcpu`'s progress slot (raw, untrusted: decode it with
+/// [`tsc_contract::Progress::decode`]).
+pub fn read_progress(mem: &GuestMemoryMmap, vcpu: u32) -> Option<u64> {
+    mem.read_obj(GuestAddress(layout::progress(vcpu))).ok()
 }
 
 /// Sets the variant of the next round (all vCPUs must be parked).
@@ -283,4 +362,44 @@ pub fn read_command(mem: &GuestMemoryMmap, index: u32) -> Result<CommandSlot, Vm
 pub fn reset_warp(mem: &GuestMemoryMmap) -> Result<(), VmError> {
     mem.write_slice(&[0u8; 64], GuestAddress(layout::WARP))
         .map_err(mem_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_capability_is_named() {
+        assert_eq!(missing_capability(|_, _| true), None);
+        assert_eq!(
+            missing_capability(|_, n| n != "KVM_CAP_GET_TSC_KHZ"),
+            Some("KVM_CAP_GET_TSC_KHZ")
+        );
+        let e = VmError::MissingCapability("KVM_CAP_IMMEDIATE_EXIT").to_string();
+        assert!(e.contains("KVM_CAP_IMMEDIATE_EXIT") && e.contains("newer kernel"));
+    }
+
+    #[test]
+    fn vcpu_counts_are_checked_against_both_limits() {
+        assert!(check_vcpu_count(4, 8).is_ok());
+        let e = check_vcpu_count(9, 8)
+            .expect_err("over KVM's limit")
+            .to_string();
+        assert!(
+            e.contains("KVM_CAP_MAX_VCPUS") && e.contains("use at most 8"),
+            "{e}"
+        );
+        let e = check_vcpu_count(513, 4096)
+            .expect_err("over the layout")
+            .to_string();
+        assert!(e.contains("layout") && e.contains("use at most 512"), "{e}");
+    }
+
+    #[test]
+    fn open_errors_say_how_to_get_access() {
+        let e = VmError::OpenKvm(kvm_ioctls::Error::new(libc::EACCES)).to_string();
+        assert!(e.contains("kvm group") && e.contains("udev rule"), "{e}");
+        let e = VmError::OpenKvm(kvm_ioctls::Error::new(libc::ENOENT)).to_string();
+        assert!(e.contains("load the kvm module"), "{e}");
+    }
 }
