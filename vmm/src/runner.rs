@@ -293,6 +293,42 @@ fn readback_all(
     })
 }
 
+/// Lets every vCPU run round `round` and read itself back as soon as it has
+/// parked after it: one hand-off per vCPU and round. A vCPU's TSC_ADJUST and
+/// offset change only through its own writes, which are done by then, so
+/// reading it while another vCPU still finishes the round reads the same state.
+fn run_round(
+    t: &Threads,
+    n: u32,
+    round: u32,
+    mem: &GuestMemoryMmap,
+) -> Result<Vec<TscState>, RunError> {
+    t.send_all(Command::RunThenReadback);
+    collect(t, n, round, mem, |ev| match ev {
+        Event::RoundRead {
+            vcpu,
+            round: r,
+            state,
+        } if r == round => match state {
+            Ok(s) => Ok(Some((vcpu, s))),
+            Err(error) => Err(RunError::Readback { vcpu, error }),
+        },
+        Event::RoundRead { vcpu, round: r, .. } | Event::RoundDone { vcpu, round: r } => {
+            Err(RunError::WrongRound {
+                vcpu,
+                expected: round,
+                found: r,
+            })
+        }
+        Event::Finished { vcpu } => Err(RunError::WrongRound {
+            vcpu,
+            expected: round,
+            found: u32::MAX,
+        }),
+        _ => Ok(None),
+    })
+}
+
 fn read_record(mem: &GuestMemoryMmap, vcpu: u32) -> Option<RoundRecord> {
     let mut buf = [0u8; RECORD_SIZE];
     mem.read_slice(&mut buf, GuestAddress(layout::record(vcpu)))
@@ -302,6 +338,15 @@ fn read_record(mem: &GuestMemoryMmap, vcpu: u32) -> Option<RoundRecord> {
 
 /// Runs the rendezvous on `opts.vcpus` vCPUs for every round of `opts.schedule`.
 pub fn run(opts: &RunOptions) -> Result<RunOutput, Failure> {
+    run_with(opts, &mut |_| {})
+}
+
+/// As [`run`], calling `on_round` with every round's result as soon as it is
+/// known (for progress reporting; it runs on the per-round path, keep it cheap).
+pub fn run_with(
+    opts: &RunOptions,
+    on_round: &mut dyn FnMut(&RoundResult),
+) -> Result<RunOutput, Failure> {
     let n = opts.vcpus;
     let rounds = u32::try_from(opts.schedule.len()).unwrap_or(u32::MAX);
     let first = opts
@@ -354,6 +399,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutput, Failure> {
         with_offset,
         machine.guest_tsc_adjust,
         &mut completed,
+        on_round,
     );
     threads.shutdown();
     // The VM (and its memory) is dropped only now, after every vCPU thread.
@@ -361,6 +407,8 @@ pub fn run(opts: &RunOptions) -> Result<RunOutput, Failure> {
     result.map_err(|error| Failure { error, completed })
 }
 
+// One more than clippy likes: the per-round hook of `run_with`.
+#[allow(clippy::too_many_arguments)]
 fn drive(
     t: &Threads,
     mem: &GuestMemoryMmap,
@@ -369,6 +417,7 @@ fn drive(
     with_offset: bool,
     guest_tsc_adjust: bool,
     completed: &mut Vec<RoundResult>,
+    on_round: &mut dyn FnMut(&RoundResult),
 ) -> Result<RunOutput, RunError> {
     let initial = readback_all(t, n, 0, mem)?;
     let mut notes = Vec::new();
@@ -403,22 +452,7 @@ fn drive(
             vm::set_variant(mem, variant).map_err(RunError::Vm)?;
             current = Some(variant);
         }
-        t.send_all(Command::Run);
-        collect(t, n, round, mem, |ev| match ev {
-            Event::RoundDone { vcpu, round: r } if r == round => Ok(Some((vcpu, ()))),
-            Event::RoundDone { vcpu, round: r } => Err(RunError::WrongRound {
-                vcpu,
-                expected: round,
-                found: r,
-            }),
-            Event::Finished { vcpu } => Err(RunError::WrongRound {
-                vcpu,
-                expected: round,
-                found: u32::MAX,
-            }),
-            _ => Ok(None),
-        })?;
-        let after = readback_all(t, n, round, mem)?;
+        let after = run_round(t, n, round, mem)?;
         let mut samples = Vec::with_capacity(n as usize);
         for vcpu in 0..n {
             let record = read_record(mem, vcpu).ok_or(RunError::BadRecord {
@@ -439,6 +473,7 @@ fn drive(
         for d in &result.disagreements {
             log::warn!("round {round}: {d}");
         }
+        on_round(&result);
         completed.push(result);
         before = after;
         vm::reset_rendezvous(mem).map_err(RunError::Vm)?;

@@ -30,6 +30,10 @@ use crate::tsc::{self, TscError, TscState};
 pub enum Command {
     /// Run the guest until it reports the next round, or the end.
     Run,
+    /// As [`Command::Run`], and when the guest reports a round, read this
+    /// vCPU's TSC state back at once (it is parked outside KVM_RUN then) and
+    /// answer with [`Event::RoundRead`]: one hand-off per round instead of two.
+    RunThenReadback,
     /// Read this vCPU's TSC state back (the vCPU is parked).
     Readback,
     /// Read IA32_TSC_ADJUST only.
@@ -47,6 +51,16 @@ pub enum Event {
         vcpu: u32,
         /// The round the guest reported.
         round: u32,
+    },
+    /// The answer to [`Command::RunThenReadback`] when the guest finished
+    /// round `round`: the vCPU is parked and `state` was read after the round.
+    RoundRead {
+        /// The vCPU.
+        vcpu: u32,
+        /// The round the guest reported.
+        round: u32,
+        /// Its state, or why it could not be read.
+        state: Result<TscState, TscError>,
     },
     /// The guest finished every round and halted.
     Finished {
@@ -359,6 +373,18 @@ impl VcpuThread {
                     false,
                 ),
                 Command::Run => match self.run_guest() {
+                    Outcome::Park(e) => (e, false),
+                    Outcome::End(e) => (e, true),
+                },
+                Command::RunThenReadback => match self.run_guest() {
+                    Outcome::Park(Event::RoundDone { vcpu, round }) => (
+                        Event::RoundRead {
+                            vcpu,
+                            round,
+                            state: tsc::read(&self.fd, self.with_offset),
+                        },
+                        false,
+                    ),
                     Outcome::Park(e) => (e, false),
                     Outcome::End(e) => (e, true),
                 },
