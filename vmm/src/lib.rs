@@ -11,6 +11,7 @@
 //! - [`host`]: facts about the host (KVM flavour, kernel, TSC frequency).
 //! - [`analysis`]: skew, honoured writes and exit times from the raw readings.
 //! - [`stats`]: order statistics.
+//! - [`inference`]: PRNG, bootstrap intervals and the Mann-Whitney U test.
 //! - [`runner`]: one run, from VM creation to the per-round results.
 //! - [`report`]: the readable report and the JSON schema.
 //! - [`cli`]: the command line.
@@ -21,6 +22,7 @@ pub mod arch;
 pub mod cli;
 pub mod guest_image;
 pub mod host;
+pub mod inference;
 pub mod report;
 pub mod runner;
 pub mod stats;
