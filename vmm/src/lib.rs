@@ -12,6 +12,7 @@
 //! - [`analysis`]: skew, honoured writes and exit times from the raw readings.
 //! - [`stats`]: order statistics.
 //! - [`inference`]: PRNG, bootstrap intervals and the Mann-Whitney U test.
+//! - [`compare`]: variants measured interleaved in one VM and compared.
 //! - [`runner`]: one run, from VM creation to the per-round results.
 //! - [`report`]: the readable report and the JSON schema.
 //! - [`cli`]: the command line.
@@ -20,6 +21,7 @@
 pub mod analysis;
 pub mod arch;
 pub mod cli;
+pub mod compare;
 pub mod guest_image;
 pub mod host;
 pub mod inference;

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tsc_rendezvous::cli::{Cli, RunArgs};
+use tsc_rendezvous::cli::{Cli, Cmd, RunArgs};
 use tsc_rendezvous::report::{self, Report};
 use tsc_rendezvous::runner::{self, RunError, RunOptions};
 
@@ -25,6 +25,9 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp_millis()
         .init();
+    if let Some(Cmd::Compare(args)) = &cli.command {
+        return tsc_rendezvous::compare::cmd::main(args);
+    }
     run(&cli.run_args())
 }
 
