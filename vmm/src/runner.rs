@@ -3,6 +3,7 @@
 //! records and analyse the round. The coordinator is the calling thread.
 
 use std::fmt;
+use std::os::unix::thread::JoinHandleExt;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use crate::analysis::{self, RoundResult, VcpuSample};
 use crate::host::{self, HostInfo};
 use crate::tsc::{self, TscError, TscState};
+use crate::vstate::spin;
 use crate::vstate::vcpu::{self, Command, Event, Kicker, VcpuError, VcpuThread};
 use crate::vstate::vm::{self, Vm, VmError};
 
@@ -389,6 +391,13 @@ pub fn run_with(
         }
     }
     drop(event_tx);
+    // Stopped below before shutdown() joins the vCPU threads.
+    let breaker = if spin::overcommitted(n) {
+        let targets = threads.handles.iter().map(|h| h.as_pthread_t()).collect();
+        spin::SpinBreaker::start(targets, spin::PERIOD).ok()
+    } else {
+        None
+    };
 
     let mut completed = Vec::new();
     let result = drive(
@@ -401,6 +410,9 @@ pub fn run_with(
         &mut completed,
         on_round,
     );
+    if let Some(b) = breaker {
+        b.stop();
+    }
     threads.shutdown();
     // The VM (and its memory) is dropped only now, after every vCPU thread.
     drop(machine);
