@@ -1,15 +1,16 @@
 //! `compare --plot`: an SVG with the distributions side by side, drawn with
 //! plotters: empirical CDFs of CPU 0's loop-exit time and of the skew, one
-//! line per variant. The x axes end at the largest 99th percentile (the
-//! maxima are in the table), so that a few scheduler-delayed rounds do not
-//! squash the curves.
+//! line per variant. The x axes show the body of the distributions (up to
+//! 1.25 times the largest 90th percentile); how many rounds lie beyond is in
+//! the legend, and the maxima are in the table.
 
 use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::{CompareReport, MeasuredRound, Metric};
 use crate::stats::percentile_sorted;
+
+use super::{CompareReport, MeasuredRound, Metric};
 
 /// Width and height of the SVG, pixels.
 pub const SIZE: (u32, u32) = (1200, 480);
@@ -40,6 +41,10 @@ pub fn draw_plot(
     let panels = root.split_evenly((1, 2));
     let metrics = [Metric::Cpu0ExitLatencyCycles, Metric::SkewCycles];
     for (area, metric) in panels.iter().zip(metrics) {
+        // The x axis shows the body of the distributions: up to 1.25 times
+        // the largest 90th percentile. Rounds beyond it (delayed by the host
+        // scheduler, often 1000 times longer) still count in the CDF, whose
+        // curve then ends below 1; the legend says how many.
         let series: Vec<(String, Vec<f64>)> = report
             .variants
             .iter()
@@ -50,11 +55,16 @@ pub fn draw_plot(
             .iter()
             .map(|(_, s)| s[0])
             .fold(f64::INFINITY, f64::min);
-        let hi = series
+        let max = series
             .iter()
-            .map(|(_, s)| percentile_sorted(s, 99.0))
+            .map(|(_, s)| s[s.len() - 1])
             .fold(f64::NEG_INFINITY, f64::max);
-        let (lo, hi) = if lo.is_finite() && hi.is_finite() && hi > lo {
+        let p90 = series
+            .iter()
+            .map(|(_, s)| percentile_sorted(s, 90.0))
+            .fold(f64::NEG_INFINITY, f64::max);
+        let hi = (p90 + (p90 - lo) * 0.25).min(max);
+        let (lo, hi) = if lo.is_finite() && hi > lo {
             (lo, hi)
         } else if lo.is_finite() {
             (lo - 1.0, lo + 1.0)
@@ -70,7 +80,7 @@ pub fn draw_plot(
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
-            .x_desc(format!("{} (x axis to the largest p99)", metric.title()))
+            .x_desc(metric.title())
             .y_desc("fraction of rounds <= x (CDF)")
             .x_label_formatter(&|x| format!("{x:.0}"))
             .draw()
@@ -81,19 +91,23 @@ pub fn draw_plot(
             let points = s
                 .iter()
                 .enumerate()
-                .filter(|(_, &x)| x <= hi)
+                .take_while(|(_, &x)| x <= hi)
                 .map(|(k, &x)| (x, (k + 1) as f64 / n));
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
                 .map_err(|e| e.to_string())?
-                .label(format!("{name} (n = {})", s.len()))
+                .label(format!(
+                    "{name} (n = {}, {} beyond the axis)",
+                    s.len(),
+                    s.iter().filter(|&&x| x > hi).count()
+                ))
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                 });
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .position(SeriesLabelPosition::UpperLeft)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()
