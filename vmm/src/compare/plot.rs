@@ -12,6 +12,14 @@ use crate::stats::percentile_sorted;
 
 use super::{CompareReport, MeasuredRound, Metric};
 
+/// Line colours, readable on white (the tab10 palette's first four).
+const COLORS: [RGBColor; 4] = [
+    RGBColor(214, 39, 40),
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+];
+
 /// Width and height of the SVG, pixels.
 pub const SIZE: (u32, u32) = (1200, 480);
 
@@ -86,7 +94,7 @@ pub fn draw_plot(
             .draw()
             .map_err(|e| e.to_string())?;
         for (i, (name, s)) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
+            let color = COLORS[i % COLORS.len()].to_rgba();
             let n = s.len() as f64;
             let points = s
                 .iter()
