@@ -26,7 +26,7 @@ impl Progress {
         let bar = enabled.then(|| {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
             if let Ok(style) = ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:40}] {pos}/{len} rounds ({per_sec}, {eta} left)",
+                "{elapsed_precise} [{bar:30}] {pos}/{len} rounds, {eta} left",
             ) {
                 bar.set_style(style.progress_chars("=> "));
             }

@@ -403,9 +403,20 @@ pub fn verdict(c: &Comparison, rounds_each: u32) -> String {
             pct(hi),
         )
     } else {
+        let ci_excludes_0 = s.diff_lo > 0.0 || s.diff_hi < 0.0;
+        let why = match (ci_excludes_0, t.p_two_sided < 0.05) {
+            (false, true) => {
+                " (the rank test finds the distributions differ, but the median shift's CI \
+                 includes 0)"
+            }
+            (true, false) => {
+                " (the median shift's CI excludes 0, but the rank test does not agree)"
+            }
+            _ => "",
+        };
         format!(
             "{} vs {}: CPU 0 exit time differs by {:+.1}% (95% CI {:+.1}..{:+.1}%, {p}, \
-             {rounds_each} rounds each): not distinguishable from noise",
+             {rounds_each} rounds each): not distinguishable from noise{why}",
             c.variant,
             c.baseline,
             pct(s.rel),
@@ -583,6 +594,13 @@ mod tests {
         let v = verdict(&comparison(shift(0.05, 0.02, 0.08), 0.012), 100);
         assert!(v.contains("5.0% later") && v.contains("p = 0.012"), "{v}");
         let v = verdict(&comparison(shift(0.01, -0.02, 0.04), 0.4), 100);
-        assert!(v.contains("not distinguishable from noise"), "{v}");
+        assert!(v.ends_with("not distinguishable from noise"), "{v}");
+        let v = verdict(&comparison(shift(0.01, -0.02, 0.04), 0.008), 50);
+        assert!(
+            v.contains("not distinguishable from noise (the rank test"),
+            "{v}"
+        );
+        let v = verdict(&comparison(shift(0.03, 0.01, 0.05), 0.2), 50);
+        assert!(v.contains("noise (the median shift's CI excludes 0"), "{v}");
     }
 }
