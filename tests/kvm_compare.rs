@@ -305,3 +305,51 @@ fn a_fresh_vm_per_block_warms_each_up_and_keeps_the_counts() {
         "the first named is the baseline"
     );
 }
+
+#[test]
+fn the_readable_report_has_the_tables_the_seed_and_a_verdict() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+        .args(["compare", "--rounds", "8", "--warmup", "2", "--seed", "42"])
+        .args(["--bootstrap", "100"])
+        .output()
+        .expect("the binary runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "xen-4.15 vs xen-6ca022a1",
+        "(seed 42)",
+        "2 warm-up round(s) run and excluded",
+        "CPU 0 loop-exit time (cycles)",
+        "Other vCPUs' loop-exit times (cycles)",
+        "Skew (cycles)",
+        "Verdict (CPU 0 loop-exit time",
+    ] {
+        assert!(text.contains(want), "'{want}' missing from:\n{text}");
+    }
+    let verdicts: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Verdict"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(
+        verdicts.len(),
+        1,
+        "one verdict for two variants: {verdicts:?}"
+    );
+    assert!(
+        verdicts[0].contains("8 rounds each")
+            && (verdicts[0].contains("noise")
+                || verdicts[0].contains("sooner")
+                || verdicts[0].contains("later")),
+        "{verdicts:?}"
+    );
+}
