@@ -78,6 +78,9 @@ pub fn plan(
     fresh_vm_every: u32,
     seed: u64,
 ) -> Vec<VmPlan> {
+    if variants.is_empty() {
+        return Vec::new();
+    }
     let mut rng = Rng::new(seed);
     let mut block = || {
         let mut b = variants.to_vec();
@@ -517,6 +520,12 @@ mod tests {
         assert_eq!(vms[0].warmup.len(), 7);
         // Not one fixed order: the blocks are shuffled.
         assert!(m.chunks(3).any(|b| b != &m[0..3]));
+    }
+
+    #[test]
+    fn nothing_to_compare_plans_no_vm() {
+        assert!(plan(&[], 10, 5, 0, 1).is_empty());
+        assert!(plan(&V3, 0, 5, 0, 1).is_empty());
     }
 
     #[test]
