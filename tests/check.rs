@@ -224,9 +224,16 @@ fn a_baseline_flags_worse_verdicts_and_accepts_equal_ones() {
     let base_path = tmp("base.json");
     std::fs::write(&base_path, &first.stdout).expect("write baseline");
 
-    // The same host against itself: nothing regresses, the exit code is the
-    // one the verdicts alone give.
-    let (again, doc) = check(&["--baseline", base_path.to_str().unwrap_or("")]);
+    // The same host against itself: no verdict regresses, the exit code is
+    // the one the verdicts alone give. (The skew of two runs on a loaded host
+    // can differ by more than any sensible tolerance, so it is not compared
+    // here; the unit tests cover the skew comparison.)
+    let (again, doc) = check(&[
+        "--baseline",
+        base_path.to_str().unwrap_or(""),
+        "--tolerance",
+        "10000",
+    ]);
     assert_eq!(
         doc["counts"]["regressed"],
         0,

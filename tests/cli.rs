@@ -293,3 +293,15 @@ fn help_documents_the_options() {
         assert!(text.contains(opt), "{opt} missing from --help");
     }
 }
+
+#[test]
+fn compare_refuses_an_unwritable_output_before_running() {
+    assert_usage_error(
+        &["compare", "--csv", "/nonexistent-dir/rounds.csv"],
+        &["cannot create the CSV file", "writable path"],
+    );
+    assert_usage_error(
+        &["compare", "--variants", "xen-4.15"],
+        &["--variants", "at least two variants"],
+    );
+}

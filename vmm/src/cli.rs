@@ -51,6 +51,96 @@ pub enum Cmd {
     /// verdicts. Exit code 0: every check passed (or was skipped); 1: a check
     /// failed or regressed against the baseline; 2: the checks could not run.
     Check(CheckArgs),
+    /// Measure two or more variants interleaved in one VM and compare them.
+    Compare(CompareArgs),
+}
+
+/// Options of `compare`.
+#[derive(Debug, Args, Clone)]
+pub struct CompareArgs {
+    /// Number of vCPUs taking part.
+    #[arg(long, default_value_t = 2, value_parser = parse_vcpus)]
+    pub vcpus: u32,
+
+    /// The variants to compare, comma-separated; the first is the baseline.
+    #[arg(long, default_value = "xen-4.15,xen-6ca022a1", value_parser = parse_variant_list)]
+    pub variants: VariantList,
+
+    /// Measured rounds per variant.
+    #[arg(long, default_value_t = 1000, value_parser = parse_rounds)]
+    pub rounds: u32,
+
+    /// Warm-up rounds at the start of every VM: run, counted, excluded.
+    #[arg(long, default_value_t = 20)]
+    pub warmup: u32,
+
+    /// Seed of the round order and of the bootstrap (default: from the clock;
+    /// it is printed either way).
+    #[arg(long)]
+    pub seed: Option<u64>,
+
+    /// Create a fresh VM every this many blocks (a block runs each variant
+    /// once); 0 runs everything in one VM, 1 is a fresh VM per block.
+    #[arg(long, default_value_t = 0, value_name = "BLOCKS")]
+    pub fresh_vm_every: u32,
+
+    /// Bootstrap replicates of each confidence interval.
+    #[arg(long, default_value_t = 2000, value_parser = parse_bootstrap)]
+    pub bootstrap: u32,
+
+    /// Print one JSON document (schema `tsc-rendezvous/compare/v1`).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Write the raw data, one row per measured round and vCPU, to this CSV file.
+    #[arg(long, value_name = "PATH")]
+    pub csv: Option<PathBuf>,
+
+    /// Draw the distributions (CDFs) into this SVG file.
+    #[arg(long, value_name = "PATH")]
+    pub plot: Option<PathBuf>,
+
+    /// Give up after this many seconds per VM. Default: 60 s plus 100 ms per
+    /// round and vCPU.
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    pub timeout: Option<f64>,
+
+    /// Run this guest ELF instead of the embedded one.
+    #[arg(long, value_name = "PATH")]
+    pub guest: Option<PathBuf>,
+}
+
+/// `--variants`: two or more distinct variants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VariantList(pub Vec<Variant>);
+
+fn parse_variant_list(s: &str) -> Result<VariantList, String> {
+    let mut out = Vec::new();
+    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let v = Variant::from_name(name)
+            .ok_or_else(|| format!("unknown variant '{name}'; valid: {}", valid_variants()))?;
+        if out.contains(&v) {
+            return Err(format!("variant '{name}' is listed twice"));
+        }
+        out.push(v);
+    }
+    if out.len() < 2 {
+        return Err(format!(
+            "name at least two variants to compare, comma-separated (valid: {})",
+            valid_variants()
+        ));
+    }
+    Ok(VariantList(out))
+}
+
+fn parse_bootstrap(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number"))?;
+    if !(100..=1_000_000).contains(&n) {
+        return Err("use between 100 and 1000000 bootstrap replicates".into());
+    }
+    Ok(n)
 }
 
 /// Options of `check`.
@@ -481,6 +571,60 @@ mod tests {
             .to_string();
         assert!(e.contains("positive"), "{e}");
         assert!(parse(&["run", "--vcpus", "two"]).is_err());
+    }
+
+    fn compare_args(args: &[&str]) -> CompareArgs {
+        match parse(args).expect("valid arguments").command {
+            Some(Cmd::Compare(c)) => c,
+            other => panic!("not compare: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn compare_defaults_to_the_seed_and_its_parent_on_two_vcpus() {
+        let c = compare_args(&["compare"]);
+        assert_eq!(
+            c.variants,
+            VariantList(vec![Variant::Xen415, Variant::Xen6ca022a1])
+        );
+        assert_eq!((c.vcpus, c.fresh_vm_every, c.seed), (2, 0, None));
+    }
+
+    #[test]
+    fn the_compare_example_of_the_issue_parses() {
+        let c = compare_args(&[
+            "compare",
+            "--vcpus",
+            "4",
+            "--rounds",
+            "5000",
+            "--variants",
+            "xen-4.15,xen-head",
+            "--plot",
+            "compare.svg",
+            "--csv",
+            "rounds.csv",
+            "--json",
+            "--seed",
+            "7",
+        ]);
+        assert_eq!(
+            (c.vcpus, c.rounds, c.json, c.seed),
+            (4, 5000, true, Some(7))
+        );
+        assert_eq!(
+            c.variants,
+            VariantList(vec![Variant::Xen415, Variant::XenHead])
+        );
+        assert_eq!(c.plot, Some(PathBuf::from("compare.svg")));
+    }
+
+    #[test]
+    fn compare_needs_two_distinct_known_variants() {
+        for bad in ["xen-4.15", "xen-4.15,xen-4.15", "xen-4.15,nope"] {
+            assert!(parse(&["compare", "--variants", bad]).is_err(), "{bad}");
+        }
+        assert!(parse(&["compare", "--bootstrap", "5"]).is_err());
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! - [`host`]: facts about the host (KVM flavour, kernel, TSC frequency).
 //! - [`analysis`]: skew, honoured writes and exit times from the raw readings.
 //! - [`stats`]: order statistics.
+//! - [`inference`]: PRNG, bootstrap intervals and the Mann-Whitney U test.
+//! - [`compare`]: variants measured interleaved in one VM and compared.
 //! - [`runner`]: one run, from VM creation to the per-round results.
 //! - [`session`]: a VM in command mode, for step-by-step checks.
 //! - [`report`]: the readable report and the JSON schema.
@@ -22,8 +24,10 @@ pub mod analysis;
 pub mod arch;
 pub mod check;
 pub mod cli;
+pub mod compare;
 pub mod guest_image;
 pub mod host;
+pub mod inference;
 pub mod report;
 pub mod runner;
 pub mod session;

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         .init();
     match cli.command {
         Some(Cmd::Check(args)) => check(&args),
+        Some(Cmd::Compare(args)) => tsc_rendezvous::compare::cmd::main(&args),
         _ => match cli.run_args() {
             Some(args) => run(&args),
             None => ExitCode::from(2),
@@ -255,6 +256,7 @@ fn run(args: &RunArgs) -> ExitCode {
                         host: h.clone(),
                         vcpus: args.vcpus,
                         initial: Vec::new(),
+                        spin_breaker: false,
                         notes: vec![format!(
                             "incomplete: {} of {} round(s) completed before the error: {}",
                             f.completed.len(),

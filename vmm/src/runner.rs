@@ -3,6 +3,7 @@
 //! records and analyse the round. The coordinator is the calling thread.
 
 use std::fmt;
+use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
@@ -18,6 +19,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use crate::analysis::{self, RoundResult, VcpuSample};
 use crate::host::{self, HostInfo};
 use crate::tsc::{self, TscError, TscState};
+use crate::vstate::spin;
 use crate::vstate::vcpu::{self, Command, Event, Kicker, VcpuError, VcpuThread};
 use crate::vstate::vm::{self, Vm, VmError};
 
@@ -283,6 +285,9 @@ pub struct RunOutput {
     pub initial: Vec<TscState>,
     /// Observations about the run as a whole, in words.
     pub notes: Vec<String>,
+    /// Whether the vCPUs outnumbered the host's cores, so that guest
+    /// spin-waits were broken up from the host (see [`crate::vstate::spin`]).
+    pub spin_breaker: bool,
 }
 
 fn fail(error: RunError) -> Failure {
@@ -550,9 +555,17 @@ pub fn run_streaming(
         }
     };
 
+    // Only when vCPUs outnumber host cores; stopped below before shutdown()
+    // joins the vCPU threads (the breaker signals them by pthread_t).
+    let breaker = if spin::overcommitted(n) {
+        let targets = threads.handles.iter().map(|h| h.as_pthread_t()).collect();
+        spin::SpinBreaker::start(targets, spin::PERIOD).ok()
+    } else {
+        None
+    };
     let mut completed = Vec::new();
     let mut host = None;
-    let result = drive(
+    let mut result = drive(
         &threads,
         &mem,
         n,
@@ -562,6 +575,12 @@ pub fn run_streaming(
         &mut host,
         on_round,
     );
+    if let Ok(out) = &mut result {
+        out.spin_breaker = breaker.is_some();
+    }
+    if let Some(b) = breaker {
+        b.stop();
+    }
     if threads.shutdown() {
         // The VM (and its memory) is dropped only now, after every vCPU thread.
         drop(machine);
@@ -682,5 +701,6 @@ fn drive(
         rounds: std::mem::take(completed),
         initial,
         notes,
+        spin_breaker: false,
     })
 }

@@ -159,15 +159,24 @@ pub fn overall_honoured(rounds: &[RoundResult]) -> Option<bool> {
 
 /// Builds the report of one variant's run.
 pub fn variant_report(variant: &str, out: RunOutput) -> VariantReport {
+    let mut notes = out.notes;
+    if out.spin_breaker {
+        notes.push(SPIN_BREAKER_NOTE.into());
+    }
     VariantReport {
         variant: variant.to_string(),
         vcpus: out.vcpus,
         writes_honoured: overall_honoured(&out.rounds),
         summary: summarize_run(&out.rounds, out.host.tsc_khz),
-        notes: out.notes,
+        notes,
         rounds: out.rounds,
     }
 }
+
+/// Said of every run whose vCPUs outnumbered the host's cores.
+pub const SPIN_BREAKER_NOTE: &str = "more vCPUs than host cores: the VMM interrupted the \
+    vCPUs every 200 us so that spinning ones yield (a stand-in for pause-loop exiting); \
+    skews and exit times then reflect host scheduling, not the rendezvous";
 
 #[cfg(test)]
 mod tests {

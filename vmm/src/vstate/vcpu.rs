@@ -455,6 +455,8 @@ impl VcpuThread {
                 Ok(exit) => exit,
                 Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
                     self.fd.set_kvm_immediate_exit(0);
+                    // A kick from the spin breaker: let a waiting vCPU run.
+                    std::thread::yield_now();
                     continue;
                 }
                 Err(e) => return self.fail(VcpuError::Run(e)),

@@ -1,0 +1,173 @@
+//! The readable `compare` report: per-variant tables, the comparisons and the
+//! verdicts.
+
+use std::fmt::Write as _;
+
+use super::{p_text, CompareReport, Metric, VariantStats};
+use crate::host::KvmFlavor;
+use crate::stats::Summary;
+
+fn num(x: f64) -> String {
+    if !x.is_finite() {
+        return "-".into();
+    }
+    let v = x.round() as i128;
+    let digits = v.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if v < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+fn summary_of(v: &VariantStats, m: Metric) -> Option<&Summary> {
+    match m {
+        Metric::Cpu0ExitLatencyCycles => v.cpu0_exit_latency_cycles.as_ref(),
+        Metric::OtherExitLatencyCycles => v.other_exit_latency_cycles.as_ref(),
+        Metric::SkewCycles => v.skew_cycles.as_ref(),
+    }
+}
+
+/// Renders the report as text.
+pub fn render_text(r: &CompareReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "tsc-rendezvous {}: compare {} on {} vCPU(s), {} measured rounds per variant",
+        r.tool_version,
+        r.variants.join(" vs "),
+        r.vcpus,
+        r.rounds_per_variant
+    );
+    let _ = writeln!(
+        o,
+        "Order: {} (seed {}); {} VM(s); {} warm-up round(s) run and excluded.",
+        r.interleaving, r.seed, r.vms, r.warmup_rounds_run
+    );
+    let flavor = match r.host.kvm_flavor {
+        KvmFlavor::Pvm => "PVM (software hypervisor: guest ring-0 code is emulated)",
+        KvmFlavor::Vmx => "VMX (kvm_intel)",
+        KvmFlavor::Svm => "SVM (kvm_amd)",
+        KvmFlavor::Unknown => "unknown",
+    };
+    let _ = writeln!(
+        o,
+        "Host: {flavor}, TSC {} MHz. Took {:.2} s ({:.0} rounds/s).",
+        r.host.tsc_khz.map_or_else(
+            || "unknown".to_string(),
+            |k| format!("{:.3}", f64::from(k) / 1000.0)
+        ),
+        r.elapsed_seconds,
+        r.rounds_per_second
+    );
+    for m in Metric::ALL {
+        if r.per_variant.iter().all(|v| summary_of(v, m).is_none()) {
+            continue;
+        }
+        let _ = writeln!(o, "\n{}", capitalise(m.title()));
+        let _ = writeln!(
+            o,
+            "  {:<14} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>12} {:>11}",
+            "variant", "n", "median", "mean", "p10", "p90", "p99", "max", "std dev"
+        );
+        for v in &r.per_variant {
+            if let Some(s) = summary_of(v, m) {
+                let _ = writeln!(
+                    o,
+                    "  {:<14} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>12} {:>11}",
+                    v.variant,
+                    s.n,
+                    num(s.median),
+                    num(s.mean),
+                    num(s.p10),
+                    num(s.p90),
+                    num(s.p99),
+                    num(s.max),
+                    num(s.std_dev)
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\nAgainst {} (difference of medians with a bootstrap 95% CI, {} replicates; \
+         Mann-Whitney U, two-sided)",
+        r.variants.first().map_or("", String::as_str),
+        r.bootstrap_iterations
+    );
+    let _ = writeln!(
+        o,
+        "  {:<14} {:<8} {:>10} {:>23} {:>8} {:>19} {:>10}",
+        "variant", "metric", "diff", "95% CI", "rel", "95% CI", "p"
+    );
+    for c in &r.comparisons {
+        let (Some(s), Some(t)) = (&c.shift, &c.mann_whitney) else {
+            continue;
+        };
+        let metric = match c.metric {
+            Metric::Cpu0ExitLatencyCycles => "cpu0",
+            Metric::OtherExitLatencyCycles => "others",
+            Metric::SkewCycles => "skew",
+        };
+        let _ = writeln!(
+            o,
+            "  {:<14} {:<8} {:>10} {:>23} {:>7.1}% {:>19} {:>10}",
+            c.variant,
+            metric,
+            num(s.diff),
+            format!("{}..{}", num(s.diff_lo), num(s.diff_hi)),
+            s.rel * 100.0,
+            format!("{:+.1}..{:+.1}%", s.rel_lo * 100.0, s.rel_hi * 100.0),
+            p_text(t.p_two_sided).trim_start_matches("p ").to_string(),
+        );
+    }
+    let honoured: Vec<Option<bool>> = r.per_variant.iter().map(|v| v.writes_honoured).collect();
+    let disagreements: usize = r
+        .per_variant
+        .iter()
+        .map(|v| v.rounds_with_disagreements)
+        .sum();
+    let _ = writeln!(o, "\nVerdict (CPU 0 loop-exit time, the seed's metric):");
+    for v in &r.verdicts {
+        let _ = writeln!(o, "  {v}");
+    }
+    if disagreements > 0 {
+        let _ = writeln!(
+            o,
+            "\n{disagreements} round(s) had disagreeing readback methods; they are kept (see --csv)."
+        );
+    }
+    for n in &r.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
+    if honoured.iter().all(|h| *h == Some(false)) {
+        let _ = writeln!(
+            o,
+            "\nThe hypervisor ignored the guest's TSC writes: exit times are measured from the \
+             moment each write was handled."
+        );
+    }
+    if r.host.kvm_flavor == KvmFlavor::Pvm {
+        let _ = writeln!(
+            o,
+            "On PVM the guest's ring-0 code is emulated (~100x slower than hardware): these are \
+             the emulator's timings, not a real CPU's."
+        );
+    }
+    o
+}
+
+fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
