@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use tsc_rendezvous::guest_image::EMBEDDED;
 use tsc_rendezvous::vstate::vm::{HIDE_CAP_ENV, KVM_DEVICE_ENV};
 
+mod common;
+use common::kvm_or_skip;
+
 /// Every bad-input case must be refused quickly: no VM runs.
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -46,22 +49,6 @@ fn check_usage_error(out: &Output, what: &str, words: &[&str]) {
 
 fn assert_usage_error(args: &[&str], words: &[&str]) {
     check_usage_error(&run(args), &format!("{args:?}"), words);
-}
-
-/// Whether KVM is usable; panics under CI when it is not.
-fn kvm_or_skip() -> bool {
-    let ok = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok();
-    if !ok {
-        if std::env::var_os("CI").is_some() {
-            panic!("CI is set but /dev/kvm is not usable: the KVM tests must run in CI");
-        }
-        eprintln!("skipping: /dev/kvm is not usable (set CI to make this a failure)");
-    }
-    ok
 }
 
 /// Writes `bytes` to a fresh scratch file; returns its path.

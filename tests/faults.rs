@@ -9,21 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Whether KVM is usable; panics under CI when it is not.
-fn kvm_or_skip() -> bool {
-    let ok = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok();
-    if !ok {
-        if std::env::var_os("CI").is_some() {
-            panic!("CI is set but /dev/kvm is not usable: the KVM tests must run in CI");
-        }
-        eprintln!("skipping: /dev/kvm is not usable (set CI to make this a failure)");
-    }
-    ok
-}
+mod common;
+use common::kvm_or_skip;
 
 /// A fresh scratch path for this test (the process id keeps parallel runs of
 /// the suite apart).

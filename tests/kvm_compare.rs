@@ -14,20 +14,8 @@ use tsc_rendezvous::compare::plan;
 use tsc_rendezvous::stats::summarize;
 use tsc_rendezvous_algo::Variant;
 
-fn kvm_or_skip() -> bool {
-    let ok = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok();
-    if !ok {
-        if std::env::var_os("CI").is_some() {
-            panic!("CI is set but /dev/kvm is not usable: the KVM tests must run in CI");
-        }
-        eprintln!("skipping: /dev/kvm is not usable (set CI to make this a failure)");
-    }
-    ok
-}
+mod common;
+use common::kvm_or_skip;
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tsc-compare-test-{}", std::process::id()));

@@ -15,21 +15,8 @@ use tsc_rendezvous::host::KvmFlavor;
 use tsc_rendezvous::runner::{run, RunOptions, RunOutput};
 use tsc_rendezvous_algo::Variant;
 
-/// Whether KVM is usable; panics under CI when it is not.
-fn kvm_or_skip() -> bool {
-    let ok = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok();
-    if !ok {
-        if std::env::var_os("CI").is_some() {
-            panic!("CI is set but /dev/kvm is not usable: the KVM tests must run in CI");
-        }
-        eprintln!("skipping: /dev/kvm is not usable (set CI to make this a failure)");
-    }
-    ok
-}
+mod common;
+use common::kvm_or_skip;
 
 fn run_ok(vcpus: u32, variant: Variant, rounds: usize) -> RunOutput {
     let opts = RunOptions {

@@ -7,25 +7,7 @@ use super::{p_text, CompareReport, Metric, VariantStats};
 use crate::host::KvmFlavor;
 use crate::stats::Summary;
 
-fn num(x: f64) -> String {
-    if !x.is_finite() {
-        return "-".into();
-    }
-    let v = x.round() as i128;
-    let digits = v.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if v < 0 {
-        format!("-{out}")
-    } else {
-        out
-    }
-}
+use crate::report::fmt_num as num;
 
 fn summary_of(v: &VariantStats, m: Metric) -> Option<&Summary> {
     match m {

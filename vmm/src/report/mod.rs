@@ -10,7 +10,7 @@ use crate::host::{cycles_to_ns, HostInfo};
 use crate::runner::RunOutput;
 use crate::stats::{summarize, Summary};
 
-pub use text::render_text;
+pub use text::{fmt_num, render_text};
 
 /// The schema identifier written into every JSON report.
 pub const SCHEMA: &str = "tsc-rendezvous/run/v1";

@@ -42,7 +42,8 @@ fn honoured_text(h: Option<bool>, flavor: KvmFlavor) -> String {
     }
 }
 
-fn fmt_num(x: f64) -> String {
+/// A whole number of cycles with thousands separators; `-` for NaN.
+pub fn fmt_num(x: f64) -> String {
     if !x.is_finite() {
         return "-".into();
     }
