@@ -130,22 +130,43 @@ pub fn get_offset(vcpu: &VcpuFd) -> Result<u64, TscError> {
     Ok(value)
 }
 
+/// A reusable KVM_GET_MSRS buffer for one MSR, so that reading a vCPU back
+/// every round allocates nothing.
+pub struct MsrReader {
+    buf: Msrs,
+}
+
+impl MsrReader {
+    /// A buffer for one MSR.
+    pub fn new() -> Result<MsrReader, TscError> {
+        let buf = Msrs::from_entries(&[kvm_msr_entry::default()])
+            .map_err(|e| TscError::GetMsrs(format!("{e:?}")))?;
+        Ok(MsrReader { buf })
+    }
+
+    /// Reads MSR `index` of `vcpu`.
+    pub fn get(&mut self, vcpu: &VcpuFd, index: u32) -> Result<u64, TscError> {
+        if let Some(e) = self.buf.as_mut_slice().first_mut() {
+            *e = kvm_msr_entry {
+                index,
+                ..Default::default()
+            };
+        }
+        let n = vcpu
+            .get_msrs(&mut self.buf)
+            .map_err(|e| TscError::GetMsrs(e.to_string()))?;
+        match (n, self.buf.as_slice().first()) {
+            (1, Some(e)) => Ok(e.data),
+            _ => Err(TscError::GetMsrs(format!(
+                "MSR {index:#x} not returned (KVM processed {n} of 1)"
+            ))),
+        }
+    }
+}
+
 /// Reads one MSR through KVM_GET_MSRS.
 pub fn get_msr(vcpu: &VcpuFd, index: u32) -> Result<u64, TscError> {
-    let mut msrs = Msrs::from_entries(&[kvm_msr_entry {
-        index,
-        ..Default::default()
-    }])
-    .map_err(|e| TscError::GetMsrs(format!("{e:?}")))?;
-    let n = vcpu
-        .get_msrs(&mut msrs)
-        .map_err(|e| TscError::GetMsrs(e.to_string()))?;
-    if n != 1 {
-        return Err(TscError::GetMsrs(format!(
-            "MSR {index:#x} not returned (KVM processed {n} of 1)"
-        )));
-    }
-    Ok(msrs.as_slice()[0].data)
+    MsrReader::new()?.get(vcpu, index)
 }
 
 /// Writes one MSR through KVM_SET_MSRS (a host-initiated write).
@@ -174,9 +195,18 @@ pub fn read_adjust(vcpu: &VcpuFd) -> Result<u64, TscError> {
 
 /// Reads everything; `with_offset` says whether the offset attribute exists.
 pub fn read(vcpu: &VcpuFd, with_offset: bool) -> Result<TscState, TscError> {
-    let adjust = get_msr(vcpu, MSR_IA32_TSC_ADJUST)?;
+    read_with(vcpu, with_offset, &mut MsrReader::new()?)
+}
+
+/// As [`read`], with a reusable MSR buffer (no allocation).
+pub fn read_with(
+    vcpu: &VcpuFd,
+    with_offset: bool,
+    msrs: &mut MsrReader,
+) -> Result<TscState, TscError> {
+    let adjust = msrs.get(vcpu, MSR_IA32_TSC_ADJUST)?;
     let host_before = host_rdtsc();
-    let tsc = get_msr(vcpu, MSR_IA32_TSC)?;
+    let tsc = msrs.get(vcpu, MSR_IA32_TSC)?;
     let host_after = host_rdtsc();
     let offset = if with_offset {
         Some(get_offset(vcpu)?)

@@ -314,6 +314,9 @@ pub struct VcpuThread {
     with_offset: bool,
     console: Vec<u8>,
     done_reported: bool,
+    /// Reused for every readback (None only if it could not be allocated:
+    /// then each readback allocates its own).
+    msrs: Option<tsc::MsrReader>,
 }
 
 /// Most console bytes kept per vCPU (the rest is dropped, with a note).
@@ -348,6 +351,7 @@ impl VcpuThread {
                 with_offset,
                 console: Vec::new(),
                 done_reported: false,
+                msrs: tsc::MsrReader::new().ok(),
             },
             kicker,
         )
@@ -374,7 +378,10 @@ impl VcpuThread {
                 Command::Readback => (
                     Event::Readback {
                         vcpu: self.index,
-                        state: tsc::read(&self.fd, self.with_offset),
+                        state: match &mut self.msrs {
+                            Some(m) => tsc::read_with(&self.fd, self.with_offset, m),
+                            None => tsc::read(&self.fd, self.with_offset),
+                        },
                     },
                     false,
                 ),
