@@ -19,6 +19,8 @@
 //! Every method that is available is cross-checked against the others and any
 //! disagreement is reported with the round, never hidden.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 use tsc_contract::{RoundRecord, RECORD_HAS_TSC_ADJUST};
 
@@ -88,7 +90,7 @@ pub struct RoundResult {
     /// Round index.
     pub round: u32,
     /// The variant that ran.
-    pub variant: String,
+    pub variant: Cow<'static, str>,
     /// Skew the writes left behind (or would have, when ignored): the spread of
     /// the relative offsets by method (a), cycles.
     pub skew_cycles: u64,
@@ -179,19 +181,17 @@ pub fn spread(values: impl IntoIterator<Item = i64>) -> u64 {
 /// offset); it is updated when the round's writes took effect.
 pub fn analyse_round(
     round: u32,
-    variant: &str,
+    variant: &'static str,
     samples: &[VcpuSample],
     base_rel: &mut [i64],
 ) -> RoundResult {
     let mut disagreements = Vec::new();
     let mut vcpus = Vec::with_capacity(samples.len());
-    let mut adjust_deltas = Vec::with_capacity(samples.len());
 
     for (i, s) in samples.iter().enumerate() {
         let id = i as u32;
         let rec = &s.record;
         let adjust_delta = signed_delta(s.after.adjust, s.before.adjust);
-        adjust_deltas.push(adjust_delta);
         let offset_delta = match (s.after.offset, s.before.offset) {
             (Some(a), Some(b)) => Some(signed_delta(a, b)),
             _ => None,
@@ -287,14 +287,14 @@ pub fn analyse_round(
     }
 
     // Relative offsets after the round.
-    let d0 = adjust_deltas.first().copied().unwrap_or(0);
+    let d0 = vcpus.first().map_or(0, |v| v.tsc_adjust_delta);
     let est0 = samples
         .first()
         .map(|s| (s.after.estimated_offset(), s.after.estimate_error()));
     let off0 = samples.first().and_then(|s| s.after.offset);
     for (i, v) in vcpus.iter_mut().enumerate() {
         let base = base_rel.get(i).copied().unwrap_or(0);
-        v.rel_offset_adjust = base.wrapping_add(adjust_deltas[i].wrapping_sub(d0));
+        v.rel_offset_adjust = base.wrapping_add(v.tsc_adjust_delta.wrapping_sub(d0));
         v.rel_offset_attr = match (samples[i].after.offset, off0) {
             (Some(o), Some(o0)) => Some(signed_delta(o, o0)),
             _ => None,
@@ -338,7 +338,7 @@ pub fn analyse_round(
         }
     }
 
-    let attr_all: Option<Vec<i64>> = vcpus.iter().map(|v| v.rel_offset_attr).collect();
+    let attr_all = vcpus.iter().all(|v| v.rel_offset_attr.is_some());
     let bracket_error = vcpus
         .iter()
         .map(|v| v.rel_offset_bracket_error)
@@ -346,9 +346,9 @@ pub fn analyse_round(
         .unwrap_or(0);
     RoundResult {
         round,
-        variant: variant.to_string(),
+        variant: Cow::Borrowed(variant),
         skew_cycles: spread(vcpus.iter().map(|v| v.rel_offset_adjust)),
-        skew_cycles_attr: attr_all.map(spread),
+        skew_cycles_attr: attr_all.then(|| spread(vcpus.iter().filter_map(|v| v.rel_offset_attr))),
         skew_cycles_bracket: spread(vcpus.iter().map(|v| v.rel_offset_bracket)),
         skew_cycles_bracket_error: bracket_error.saturating_mul(2),
         writes_honoured,

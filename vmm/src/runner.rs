@@ -395,10 +395,27 @@ pub(crate) fn collect<T>(
     n: u32,
     round: u32,
     mem: &GuestMemoryMmap,
-    mut pick: impl FnMut(Event) -> Result<Option<(u32, T)>, RunError>,
+    pick: impl FnMut(Event) -> Result<Option<(u32, T)>, RunError>,
 ) -> Result<Vec<T>, RunError> {
     let mut got: Vec<Option<T>> = (0..n).map(|_| None).collect();
-    let mut remaining = n;
+    collect_into(t, round, mem, &mut got, pick)?;
+    Ok(got.into_iter().flatten().collect())
+}
+
+/// As [`collect`], into `slots` (one per vCPU, all set to `Some` on success),
+/// allocating nothing: the per-round path reuses its slots.
+pub(crate) fn collect_into<T>(
+    t: &Threads,
+    round: u32,
+    mem: &GuestMemoryMmap,
+    slots: &mut [Option<T>],
+    mut pick: impl FnMut(Event) -> Result<Option<(u32, T)>, RunError>,
+) -> Result<(), RunError> {
+    for s in slots.iter_mut() {
+        *s = None;
+    }
+    let n = slots.len() as u32;
+    let mut remaining = slots.len();
     while remaining > 0 {
         let ev = match t.recv() {
             Ok(ev) => ev,
@@ -410,7 +427,7 @@ pub(crate) fn collect<T>(
                 return Err(RunError::Timeout {
                     round,
                     missing: (0..n)
-                        .filter(|&i| got[i as usize].is_none())
+                        .filter(|&i| slots[i as usize].is_none())
                         .map(|i| {
                             let p = vm::read_progress(mem, i).map(|w| Progress::decode(w, rounds));
                             (i, p)
@@ -422,7 +439,7 @@ pub(crate) fn collect<T>(
             }
             Err(Wait::Interrupted(signal)) => return Err(RunError::Interrupted { signal, round }),
             Err(Wait::Disconnected) => {
-                let lost = (0..n).find(|&i| got[i as usize].is_none()).unwrap_or(0);
+                let lost = (0..n).find(|&i| slots[i as usize].is_none()).unwrap_or(0);
                 return Err(RunError::Lost(lost));
             }
         };
@@ -431,7 +448,7 @@ pub(crate) fn collect<T>(
             Event::Stopped { vcpu } => return Err(RunError::Lost(vcpu)),
             other => {
                 if let Some((vcpu, value)) = pick(other)? {
-                    if let Some(slot) = got.get_mut(vcpu as usize) {
+                    if let Some(slot) = slots.get_mut(vcpu as usize) {
                         if slot.is_none() {
                             remaining -= 1;
                         }
@@ -441,7 +458,17 @@ pub(crate) fn collect<T>(
             }
         }
     }
-    Ok(got.into_iter().flatten().collect())
+    Ok(())
+}
+
+fn pick_readback(ev: Event) -> Result<Option<(u32, TscState)>, RunError> {
+    match ev {
+        Event::Readback { vcpu, state } => match state {
+            Ok(s) => Ok(Some((vcpu, s))),
+            Err(error) => Err(RunError::Readback { vcpu, error }),
+        },
+        _ => Ok(None),
+    }
 }
 
 pub(crate) fn readback_all(
@@ -451,13 +478,7 @@ pub(crate) fn readback_all(
     mem: &GuestMemoryMmap,
 ) -> Result<Vec<TscState>, RunError> {
     t.send_all(Command::Readback);
-    collect(t, n, round, mem, |ev| match ev {
-        Event::Readback { vcpu, state } => match state {
-            Ok(s) => Ok(Some((vcpu, s))),
-            Err(error) => Err(RunError::Readback { vcpu, error }),
-        },
-        _ => Ok(None),
-    })
+    collect(t, n, round, mem, pick_readback)
 }
 
 pub(crate) fn read_record(mem: &GuestMemoryMmap, vcpu: u32) -> Option<RoundRecord> {
@@ -633,8 +654,15 @@ fn drive(
         notes.push("a vCPU started with a non-zero TSC_ADJUST".into());
     }
 
+    // Buffers reused by every round: past the first round, the per-round path
+    // allocates nothing but the round's own result record (kept in `completed`,
+    // reserved up front).
+    let mut done: Vec<Option<()>> = vec![None; n as usize];
+    let mut after: Vec<Option<TscState>> = vec![None; n as usize];
+    let mut samples: Vec<VcpuSample> = Vec::with_capacity(n as usize);
     let mut before = initial.clone();
     let mut base_rel = vec![0i64; n as usize];
+    completed.reserve(opts.schedule.len());
     let mut current = opts.schedule.first().copied();
     for (round, &variant) in opts.schedule.iter().enumerate() {
         let round = round as u32;
@@ -643,7 +671,7 @@ fn drive(
             current = Some(variant);
         }
         t.send_all(Command::Run);
-        collect(t, n, round, mem, |ev| match ev {
+        collect_into(t, round, mem, &mut done, |ev| match ev {
             Event::RoundDone { vcpu, round: r } if r == round => Ok(Some((vcpu, ()))),
             Event::RoundDone { vcpu, round: r } => Err(RunError::WrongRound {
                 vcpu,
@@ -653,8 +681,10 @@ fn drive(
             Event::Finished { vcpu } => Err(RunError::FinishedEarly { vcpu, round }),
             _ => Ok(None),
         })?;
-        let after = readback_all(t, n, round, mem)?;
-        let mut samples = Vec::with_capacity(n as usize);
+        // Every vCPU is parked outside KVM_RUN now: read them all back.
+        t.send_all(Command::Readback);
+        collect_into(t, round, mem, &mut after, pick_readback)?;
+        samples.clear();
         for vcpu in 0..n {
             let record = read_record(mem, vcpu).ok_or(RunError::BadRecord {
                 vcpu,
@@ -664,10 +694,11 @@ fn drive(
             record
                 .validate(vcpu, round, variant as u32)
                 .map_err(|error| RunError::BadRecord { vcpu, round, error })?;
+            let state = after[vcpu as usize].ok_or(RunError::Lost(vcpu))?;
             samples.push(VcpuSample {
                 record,
                 before: before[vcpu as usize],
-                after: after[vcpu as usize],
+                after: state,
             });
         }
         let result = analysis::analyse_round(round, variant.name(), &samples, &mut base_rel);
@@ -678,7 +709,9 @@ fn drive(
         if let Some(r) = completed.last() {
             on_round(r).map_err(RunError::Output)?;
         }
-        before = after;
+        for (b, s) in before.iter_mut().zip(&samples) {
+            *b = s.after;
+        }
         vm::reset_rendezvous(mem).map_err(RunError::Vm)?;
     }
 
