@@ -102,7 +102,7 @@ pub fn clocksource() -> Option<String> {
 }
 
 /// Facts about the host, as reported.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct HostInfo {
     /// See [`KvmFlavor`].
     pub kvm_flavor: KvmFlavor,
@@ -122,6 +122,30 @@ pub struct HostInfo {
     pub tsc_offset_attr: bool,
     /// Whether the guest sees IA32_TSC_ADJUST in its CPUID.
     pub guest_tsc_adjust: bool,
+}
+
+impl HostInfo {
+    /// Gathers the host's facts; the rest comes from the VM: the guest TSC
+    /// frequency, whether KVM has the offset attribute and whether the guest
+    /// sees IA32_TSC_ADJUST.
+    pub fn collect(
+        tsc_khz: Option<u32>,
+        tsc_offset_attr: bool,
+        guest_tsc_adjust: bool,
+    ) -> HostInfo {
+        let release = kernel_release();
+        HostInfo {
+            kvm_flavor: detect_flavor_in(Path::new("/sys/module")),
+            kernel_version: parse_kernel_version(&release),
+            kernel_release: release,
+            tsc_khz,
+            cpu_model: cpu_model(),
+            cpu_tsc_flags: tsc_flags(),
+            clocksource: clocksource(),
+            tsc_offset_attr,
+            guest_tsc_adjust,
+        }
+    }
 }
 
 /// A cycle count in nanoseconds at `tsc_khz`.

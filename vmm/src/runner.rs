@@ -17,7 +17,7 @@ use tsc_contract::{
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::analysis::{self, RoundResult, VcpuSample};
-use crate::host::{self, HostInfo};
+use crate::host::HostInfo;
 use crate::tsc::{self, TscError, TscState};
 use crate::vstate::spin;
 use crate::vstate::vcpu::{self, Command, Event, Kicker, VcpuError, VcpuThread};
@@ -631,18 +631,11 @@ fn drive(
 ) -> Result<RunOutput, RunError> {
     let initial = readback_all(t, n, 0, mem)?;
     let mut notes = Vec::new();
-    let release = host::kernel_release();
-    let info = HostInfo {
-        kvm_flavor: host::detect_flavor_in(std::path::Path::new("/sys/module")),
-        kernel_version: host::parse_kernel_version(&release),
-        kernel_release: release,
-        tsc_khz: initial.first().map(|s| s.tsc_khz),
-        cpu_model: host::cpu_model(),
-        cpu_tsc_flags: host::tsc_flags(),
-        clocksource: host::clocksource(),
-        tsc_offset_attr: with_offset,
+    let info = HostInfo::collect(
+        initial.first().map(|s| s.tsc_khz),
+        with_offset,
         guest_tsc_adjust,
-    };
+    );
     *host_out = Some(info.clone());
     if let Some(s) = initial.iter().find(|s| s.offset != initial[0].offset) {
         notes.push(format!(

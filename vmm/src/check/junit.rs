@@ -46,7 +46,7 @@ pub fn render(r: &CheckReport, seconds: f64) -> String {
         r.checks.len()
     );
     let _ = writeln!(x, "    <properties>");
-    let e = &r.environment;
+    let e = &r.environment.host;
     let mut props = vec![
         ("kernel_release".to_string(), e.kernel_release.clone()),
         ("kvm_flavor".to_string(), e.kvm_flavor.name().to_string()),
@@ -71,7 +71,8 @@ pub fn render(r: &CheckReport, seconds: f64) -> String {
         ("tool_version".to_string(), r.tool_version.clone()),
     ];
     props.extend(
-        e.kvm_capabilities
+        r.environment
+            .kvm_capabilities
             .iter()
             .map(|(k, v)| (k.clone(), v.to_string())),
     );

@@ -30,7 +30,7 @@ use tsc_contract::Variant;
 
 use crate::analysis::{self, RoundResult, VcpuSample};
 use crate::arch::x86_64::{MSR_IA32_TSC, MSR_IA32_TSC_ADJUST};
-use crate::host::{self, cycles_to_ns, KvmFlavor};
+use crate::host::{cycles_to_ns, HostInfo, KvmFlavor};
 use crate::runner::RunError;
 use crate::session::Session;
 use crate::stats::{summarize, Summary};
@@ -127,25 +127,14 @@ impl CheckResult {
     }
 }
 
-/// The environment block of every report.
+/// The environment block of every report: the host's facts (flattened into
+/// this object) and the relevant KVM capabilities.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Environment {
-    /// `uname -r`.
-    pub kernel_release: String,
-    /// Which hypervisor implements /dev/kvm.
-    pub kvm_flavor: KvmFlavor,
-    /// CPU model.
-    pub cpu_model: Option<String>,
-    /// TSC-related CPU flags.
-    pub cpu_tsc_flags: Vec<String>,
-    /// The host clocksource.
-    pub clocksource: Option<String>,
-    /// Guest TSC frequency, kHz.
-    pub tsc_khz: Option<u32>,
-    /// KVM_VCPU_TSC_OFFSET available.
-    pub tsc_offset_attr: bool,
-    /// The guest sees IA32_TSC_ADJUST.
-    pub guest_tsc_adjust: bool,
+    /// Kernel, KVM flavour, CPU model and TSC flags, clocksource, TSC
+    /// frequency, offset attribute, guest TSC_ADJUST.
+    #[serde(flatten)]
+    pub host: HostInfo,
     /// Relevant KVM capabilities and their values.
     pub kvm_capabilities: BTreeMap<String, i32>,
 }
@@ -425,24 +414,14 @@ pub fn run_checks(opts: &CheckOptions) -> Result<CheckReport, RunError> {
     let started = Instant::now();
     let timeout = Duration::from_secs_f64(opts.timeout_secs);
     let variant = Variant::from_name(&opts.variant).unwrap_or(Variant::XenHead);
-    let release = host::kernel_release();
-    let kernel = host::parse_kernel_version(&release);
-    let flavor = host::detect_flavor_in(std::path::Path::new("/sys/module"));
-
     let mut s = Session::start(opts.vcpus, timeout)?;
     let initial = s.readback()?;
     let tsc_khz = initial.first().map(|t| t.tsc_khz);
     let environment = Environment {
-        kernel_release: release,
-        kvm_flavor: flavor,
-        cpu_model: host::cpu_model(),
-        cpu_tsc_flags: host::tsc_flags(),
-        clocksource: host::clocksource(),
-        tsc_khz,
-        tsc_offset_attr: s.has_offset_attr(),
-        guest_tsc_adjust: s.guest_tsc_adjust(),
+        host: HostInfo::collect(tsc_khz, s.has_offset_attr(), s.guest_tsc_adjust()),
         kvm_capabilities: s.kvm().map(capabilities).unwrap_or_default(),
     };
+    let (kernel, flavor) = (environment.host.kernel_version, environment.host.kvm_flavor);
 
     // 1. Same start.
     let mut c1 = CheckResult::new(
@@ -530,7 +509,7 @@ pub fn run_checks(opts: &CheckOptions) -> Result<CheckReport, RunError> {
     let after_warp = s.readback()?;
     drop(s);
 
-    let c3 = judge_adjust_equals_offset(&rounds, environment.tsc_offset_attr, flavor);
+    let c3 = judge_adjust_equals_offset(&rounds, environment.host.tsc_offset_attr, flavor);
     let c4 = judge_writes_honoured(&rounds, &tsc_after, host_elapsed, flavor);
     let c5 = judge_warp(
         opts.vcpus,
@@ -1062,14 +1041,17 @@ mod tests {
             schema: SCHEMA.into(),
             tool_version: "t".into(),
             environment: Environment {
-                kernel_release: "6.1".into(),
-                kvm_flavor: KvmFlavor::Svm,
-                cpu_model: None,
-                cpu_tsc_flags: vec![],
-                clocksource: None,
-                tsc_khz: None,
-                tsc_offset_attr: true,
-                guest_tsc_adjust: true,
+                host: HostInfo {
+                    kernel_release: "6.1".into(),
+                    kernel_version: Some((6, 1)),
+                    kvm_flavor: KvmFlavor::Svm,
+                    cpu_model: None,
+                    cpu_tsc_flags: vec![],
+                    clocksource: None,
+                    tsc_khz: None,
+                    tsc_offset_attr: true,
+                    guest_tsc_adjust: true,
+                },
                 kvm_capabilities: BTreeMap::new(),
             },
             options: CheckOptions {

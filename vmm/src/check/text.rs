@@ -6,7 +6,7 @@ use super::{CheckReport, Verdict};
 
 /// Renders the report for a terminal.
 pub fn render_text(r: &CheckReport) -> String {
-    let e = &r.environment;
+    let e = &r.environment.host;
     let mut out = String::new();
     let _ = writeln!(out, "tsc-rendezvous {} check", r.tool_version);
     let _ = writeln!(out, "\nEnvironment");
@@ -22,7 +22,8 @@ pub fn render_text(r: &CheckReport) -> String {
     if let Some(k) = e.tsc_khz {
         let _ = writeln!(out, "  TSC           {k} kHz");
     }
-    let caps = e
+    let caps = r
+        .environment
         .kvm_capabilities
         .iter()
         .map(|(k, v)| format!("{}={v}", k.trim_start_matches("KVM_CAP_")))
