@@ -175,7 +175,7 @@ fn a_stall_in_the_first_round_reports_no_rounds_but_still_ends() {
 }
 
 #[test]
-fn a_delayed_write_shows_up_in_that_vcpus_write_latency() {
+fn a_delayed_write_shows_up_as_skew_not_as_write_latency() {
     if !kvm_or_skip() {
         return;
     }
@@ -194,13 +194,30 @@ fn a_delayed_write_shows_up_in_that_vcpus_write_latency() {
     );
     let lines = stream_lines(&stream, 2);
     assert_eq!(lines.len(), 3, "every round streamed");
-    // vCPU 1 spun `cycles` between its read before the write and the write.
-    let latency = |round: usize, vcpu: usize| {
-        lines[round]["vcpus"][vcpu]["write_latency_cycles"]
+    let field = |round: usize, vcpu: usize, name: &str| {
+        lines[round]["vcpus"][vcpu][name]
             .as_i64()
-            .expect("write latency")
+            .unwrap_or_else(|| panic!("{name} of vCPU {vcpu} in round {round}"))
     };
-    assert!(latency(1, 1) >= cycles, "delayed: {}", latency(1, 1));
+    // vCPU 1 spun before its last TSC read ahead of the write: the write
+    // reached the hypervisor at least `cycles` after vCPU 0's (vCPU 0 wrote
+    // right after releasing it), so their relative offset moved by that much.
+    let rel = field(1, 1, "rel_offset_adjust") - field(0, 1, "rel_offset_adjust");
+    assert!(
+        rel.abs() >= cycles / 2,
+        "delayed write moved the offset by {rel}"
+    );
+    assert!(
+        lines[1]["skew_cycles"].as_i64().unwrap_or(0) >= cycles / 2,
+        "skew {}",
+        lines[1]["skew_cycles"]
+    );
+    // ... and the delay is not inside the measured write latency.
+    assert!(
+        field(1, 1, "write_latency_cycles") < cycles / 2,
+        "write latency {} includes the delay",
+        field(1, 1, "write_latency_cycles")
+    );
 }
 
 #[test]

@@ -35,6 +35,16 @@ impl Hw {
         unsafe { core::ptr::write_volatile(self.progress, word) };
     }
 
+    /// The injected delay: spin `delay_cycles` TSC cycles.
+    #[cold]
+    #[inline(never)]
+    fn delay(&mut self) {
+        let start = self.rdtsc_ordered();
+        while self.rdtsc_ordered().wrapping_sub(start) < self.delay_cycles {
+            self.relax();
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn fire(&mut self) {
@@ -71,13 +81,14 @@ impl Cpu for Hw {
 
     #[inline(always)]
     fn write_tsc(&mut self, value: u64) {
-        if self.round == self.delay_round {
-            let start = self.rdtsc_ordered();
-            while self.rdtsc_ordered().wrapping_sub(start) < self.delay_cycles {
-                self.relax();
-            }
-        }
         wrmsr(IA32_TSC, value);
+    }
+
+    #[inline(always)]
+    fn before_write(&mut self) {
+        if self.round == self.delay_round {
+            self.delay();
+        }
     }
 
     #[inline(always)]

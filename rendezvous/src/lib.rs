@@ -43,6 +43,11 @@ pub trait Cpu {
     fn iteration_start(&mut self, iteration: u32) {
         let _ = iteration;
     }
+    /// Called on the last iteration just before the TSC read that precedes
+    /// the write (so outside the measured write latency). Not part of Xen: the
+    /// guest injects a delay here for fault testing. Does nothing by default.
+    #[inline(always)]
+    fn before_write(&mut self) {}
 }
 
 /// The shared state of one calibration, laid out as Xen's
@@ -213,6 +218,7 @@ fn final_write<C: Cpu>(
     } else {
         r.master_tsc_stamp.load(Ordering::Relaxed)
     };
+    ops.before_write();
     out.tsc_before_write = ops.rdtsc_ordered();
     ops.write_tsc(value);
     if pause_after_write {
