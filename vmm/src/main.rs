@@ -41,18 +41,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn write_stdout(text: &str) -> ExitCode {
-    let mut stdout = std::io::stdout().lock();
-    if stdout
-        .write_all(text.as_bytes())
-        .and_then(|_| stdout.flush())
-        .is_err()
-    {
-        return ExitCode::from(1);
-    }
-    ExitCode::SUCCESS
-}
-
 fn check(args: &CheckArgs) -> ExitCode {
     let baseline = match &args.baseline {
         Some(path) => match std::fs::read_to_string(path)
@@ -97,20 +85,13 @@ fn check(args: &CheckArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let text = if args.json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(s) => s + "\n",
-            Err(e) => {
-                eprintln!("error: cannot encode the result as JSON: {e}");
-                return ExitCode::from(2);
-            }
+    match report::print(&report, args.json, check::render_text) {
+        Ok(()) => {}
+        Err(e @ report::PrintError::Json(_)) => {
+            eprintln!("error: the check result: {e}");
+            return ExitCode::from(2);
         }
-    } else {
-        check::render_text(&report)
-    };
-    let code = write_stdout(&text);
-    if code != ExitCode::SUCCESS {
-        return code;
+        Err(report::PrintError::Write(_)) => return ExitCode::from(1),
     }
     if report.ok {
         ExitCode::SUCCESS
@@ -299,16 +280,7 @@ fn run(args: &RunArgs) -> ExitCode {
 }
 
 fn print_report(report: &Report, json: bool) -> Result<(), String> {
-    let text = if json {
-        serde_json::to_string_pretty(report).map_err(|e| e.to_string())? + "\n"
-    } else {
-        report::render_text(report)
-    };
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(text.as_bytes())
-        .and_then(|_| stdout.flush())
-        .map_err(|e| e.to_string())
+    report::print(report, json, report::render_text).map_err(|e| e.to_string())
 }
 
 /// 2: could not run; 128 + signal: stopped by a signal; 1: failed while running.

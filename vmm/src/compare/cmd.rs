@@ -3,7 +3,7 @@
 //! 2 could not start).
 
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{BufWriter, IsTerminal};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -154,23 +154,10 @@ pub fn main(args: &CompareArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    let text = if args.json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(s) => s + "\n",
-            Err(e) => {
-                eprintln!("error: cannot encode the report as JSON: {e}");
-                return ExitCode::from(1);
-            }
+    if let Err(e) = crate::report::print(&report, args.json, render_text) {
+        if let crate::report::PrintError::Json(_) = e {
+            eprintln!("error: the report: {e}");
         }
-    } else {
-        render_text(&report)
-    };
-    let mut stdout = std::io::stdout().lock();
-    if stdout
-        .write_all(text.as_bytes())
-        .and_then(|_| stdout.flush())
-        .is_err()
-    {
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS

@@ -12,6 +12,44 @@ use crate::stats::{summarize, Summary};
 
 pub use text::{fmt_num, render_text};
 
+/// Why a report could not be printed.
+#[derive(Debug)]
+pub enum PrintError {
+    /// It could not be encoded as JSON.
+    Json(serde_json::Error),
+    /// Standard output could not be written.
+    Write(std::io::Error),
+}
+
+impl std::fmt::Display for PrintError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PrintError::Json(e) => write!(f, "cannot encode it as JSON: {e}"),
+            PrintError::Write(e) => write!(f, "cannot write it to standard output: {e}"),
+        }
+    }
+}
+
+/// Prints `value` to standard output: pretty JSON when `json`, else the text
+/// `render` makes of it. Shared by `run`, `check` and `compare`.
+pub fn print<T: Serialize>(
+    value: &T,
+    json: bool,
+    render: impl FnOnce(&T) -> String,
+) -> Result<(), PrintError> {
+    use std::io::Write;
+    let text = if json {
+        serde_json::to_string_pretty(value).map_err(PrintError::Json)? + "\n"
+    } else {
+        render(value)
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+        .map_err(PrintError::Write)
+}
+
 /// The schema identifier written into every JSON report.
 pub const SCHEMA: &str = "tsc-rendezvous/run/v1";
 
