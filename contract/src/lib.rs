@@ -239,6 +239,30 @@ const _: () = assert!(offset_of!(Config, inject_round) == 32);
 const _: () = assert!(offset_of!(Config, inject_iteration) == 36);
 const _: () = assert!(offset_of!(Config, inject_cycles) == 40);
 
+impl Config {
+    /// The bytes the host writes at [`layout::CONFIG`] (little-endian, x86).
+    pub fn to_bytes(&self) -> [u8; CONFIG_SIZE] {
+        let mut b = [0u8; CONFIG_SIZE];
+        let words = [
+            self.magic,
+            self.version,
+            self.vcpus,
+            self.rounds,
+            self.variant,
+            self.flags,
+            self.inject_kind,
+            self.inject_vcpu,
+            self.inject_round,
+            self.inject_iteration,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            b[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        b[40..48].copy_from_slice(&self.inject_cycles.to_le_bytes());
+        b
+    }
+}
+
 /// Faults the host can ask the guest to inject (for testing the VMM's error
 /// handling), in [`Config::inject_kind`].
 #[repr(u32)]
@@ -431,6 +455,37 @@ pub struct CommandSlot {
 pub const COMMAND_SLOT_SIZE: usize = 32;
 const _: () = assert!(size_of::<CommandSlot>() == COMMAND_SLOT_SIZE);
 const _: () = assert!(offset_of!(CommandSlot, result_a) == 16);
+
+impl CommandSlot {
+    /// The slot's bytes in guest memory (little-endian, x86).
+    pub fn to_bytes(&self) -> [u8; COMMAND_SLOT_SIZE] {
+        let mut b = [0u8; COMMAND_SLOT_SIZE];
+        b[0..4].copy_from_slice(&self.op.to_le_bytes());
+        b[4..8].copy_from_slice(&self.arg.to_le_bytes());
+        b[8..16].copy_from_slice(&self.value.to_le_bytes());
+        b[16..24].copy_from_slice(&self.result_a.to_le_bytes());
+        b[24..32].copy_from_slice(&self.result_b.to_le_bytes());
+        b
+    }
+
+    /// Decodes a slot; `None` when `bytes` is shorter than [`COMMAND_SLOT_SIZE`].
+    pub fn from_bytes(bytes: &[u8]) -> Option<CommandSlot> {
+        let b = bytes.get(..COMMAND_SLOT_SIZE)?;
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        Some(CommandSlot {
+            op: u32_at(0),
+            arg: u32_at(4),
+            value: u64_at(8),
+            result_a: u64_at(16),
+            result_b: u64_at(24),
+        })
+    }
+}
 
 /// [`RoundRecord::flags`]: the guest has IA32_TSC_ADJUST (CPUID.(7,0):EBX[1]) and
 /// the `adjust_*` fields are real readings.
@@ -628,6 +683,39 @@ mod tests {
         // (its size is the sum of its fields, checked at compile time), so every
         // byte is initialised.
         unsafe { core::mem::transmute_copy(r) }
+    }
+
+    #[test]
+    fn config_and_command_encodings_match_the_in_memory_layout() {
+        let c = Config {
+            magic: CONFIG_MAGIC,
+            version: CONTRACT_VERSION,
+            vcpus: 3,
+            rounds: 9,
+            variant: 2,
+            flags: CONFIG_COMMAND_MODE,
+            inject_kind: 4,
+            inject_vcpu: 1,
+            inject_round: 7,
+            inject_iteration: 2,
+            inject_cycles: 0x0102_0304_0506_0708,
+        };
+        // SAFETY: Config is repr(C), integers only, no padding (size checked
+        // at compile time), so every byte is initialised.
+        let raw: [u8; CONFIG_SIZE] = unsafe { core::mem::transmute_copy(&c) };
+        assert_eq!(c.to_bytes(), raw);
+        let k = CommandSlot {
+            op: Op::Warp as u32,
+            arg: 0x3b,
+            value: 5,
+            result_a: u64::MAX,
+            result_b: 1 << 40,
+        };
+        // SAFETY: as above, for CommandSlot.
+        let raw: [u8; COMMAND_SLOT_SIZE] = unsafe { core::mem::transmute_copy(&k) };
+        assert_eq!(k.to_bytes(), raw);
+        assert_eq!(CommandSlot::from_bytes(&raw), Some(k));
+        assert_eq!(CommandSlot::from_bytes(&raw[..31]), None);
     }
 
     #[test]

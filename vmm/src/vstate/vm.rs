@@ -276,27 +276,17 @@ fn write_u64s(mem: &GuestMemoryMmap, words: &[u64], addr: u64) -> Result<(), VmE
 
 /// Writes the config the guest reads.
 pub fn write_config(mem: &GuestMemoryMmap, c: &Config) -> Result<(), VmError> {
-    let words = [c.magic, c.version, c.vcpus, c.rounds, c.variant, c.flags];
-    mem.write_obj(words, GuestAddress(layout::CONFIG))
-        .map_err(mem_err)?;
-    write_injection(mem, c)
+    mem.write_slice(&c.to_bytes(), GuestAddress(layout::CONFIG))
+        .map_err(mem_err)
 }
 
 /// Writes the fault-injection fields of `c` into the guest's config (before
 /// any vCPU runs).
 pub fn write_injection(mem: &GuestMemoryMmap, c: &Config) -> Result<(), VmError> {
-    let at = |offset: usize| GuestAddress(layout::CONFIG + offset as u64);
-    let words = [
-        c.inject_kind,
-        c.inject_vcpu,
-        c.inject_round,
-        c.inject_iteration,
-    ];
-    mem.write_obj(words, at(std::mem::offset_of!(Config, inject_kind)))
-        .map_err(mem_err)?;
-    mem.write_obj(
-        c.inject_cycles,
-        at(std::mem::offset_of!(Config, inject_cycles)),
+    let from = std::mem::offset_of!(Config, inject_kind);
+    mem.write_slice(
+        &c.to_bytes()[from..],
+        GuestAddress(layout::CONFIG + from as u64),
     )
     .map_err(mem_err)
 }
@@ -328,13 +318,7 @@ pub fn read_semaphore(mem: &GuestMemoryMmap) -> Option<u32> {
 
 /// Writes vCPU `index`'s command slot (the vCPU must be parked).
 pub fn write_command(mem: &GuestMemoryMmap, index: u32, c: &CommandSlot) -> Result<(), VmError> {
-    let mut bytes = Vec::with_capacity(COMMAND_SLOT_SIZE);
-    bytes.extend_from_slice(&c.op.to_le_bytes());
-    bytes.extend_from_slice(&c.arg.to_le_bytes());
-    bytes.extend_from_slice(&c.value.to_le_bytes());
-    bytes.extend_from_slice(&c.result_a.to_le_bytes());
-    bytes.extend_from_slice(&c.result_b.to_le_bytes());
-    mem.write_slice(&bytes, GuestAddress(layout::command(index)))
+    mem.write_slice(&c.to_bytes(), GuestAddress(layout::command(index)))
         .map_err(mem_err)
 }
 
@@ -343,19 +327,7 @@ pub fn read_command(mem: &GuestMemoryMmap, index: u32) -> Result<CommandSlot, Vm
     let mut b = [0u8; COMMAND_SLOT_SIZE];
     mem.read_slice(&mut b, GuestAddress(layout::command(index)))
         .map_err(mem_err)?;
-    let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-    let u64_at = |o: usize| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&b[o..o + 8]);
-        u64::from_le_bytes(a)
-    };
-    Ok(CommandSlot {
-        op: u32_at(0),
-        arg: u32_at(4),
-        value: u64_at(8),
-        result_a: u64_at(16),
-        result_b: u64_at(24),
-    })
+    CommandSlot::from_bytes(&b).ok_or_else(|| VmError::Memory("short command slot".into()))
 }
 
 /// Zeroes the warp test's shared state (all vCPUs must be parked).
