@@ -168,6 +168,16 @@ pub fn guest_saw_jump(v: u64, at: u64, after: u64) -> Option<bool> {
     }
 }
 
+/// `Some(v)` when every item is `v` (`Some(None)` for no items), `None` when
+/// they differ: whether vCPUs, rounds or runs agree on a verdict.
+pub fn agreement<T: PartialEq + Copy>(
+    items: impl IntoIterator<Item = Option<T>>,
+) -> Option<Option<T>> {
+    let mut it = items.into_iter();
+    let first = it.next().flatten();
+    it.all(|x| x == first).then_some(first)
+}
+
 /// Spread (max - min) of values, 0 for none.
 pub fn spread(values: impl IntoIterator<Item = i64>) -> u64 {
     let mut it = values.into_iter();
@@ -259,12 +269,9 @@ pub fn analyse_round(
         });
     }
 
-    let writes_honoured = {
-        let mut it = vcpus.iter().map(|v| v.write_honoured);
-        let first = it.next().flatten();
-        if it.all(|h| h == first) {
-            first
-        } else {
+    let writes_honoured = match agreement(vcpus.iter().map(|v| v.write_honoured)) {
+        Some(common) => common,
+        None => {
             disagreements.push("some vCPUs' writes took effect and others' did not".into());
             None
         }

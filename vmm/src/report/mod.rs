@@ -187,12 +187,7 @@ pub fn summarize_run(rounds: &[RoundResult], tsc_khz: Option<u32>) -> RunSummary
 
 /// Whether the writes took effect in every round: the common value, or None.
 pub fn overall_honoured(rounds: &[RoundResult]) -> Option<bool> {
-    let first = rounds.first()?.writes_honoured;
-    rounds
-        .iter()
-        .all(|r| r.writes_honoured == first)
-        .then_some(first)
-        .flatten()
+    crate::analysis::agreement(rounds.iter().map(|r| r.writes_honoured)).flatten()
 }
 
 /// Builds the report of one variant's run.

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::analysis::agreement;
 use crate::host::{cycles_to_ns, HostInfo, KvmFlavor};
 use crate::stats::Summary;
 
@@ -196,15 +197,7 @@ pub fn render_text(r: &Report) -> String {
         }
     );
 
-    let overall = {
-        let mut it = r.runs.iter().map(|v| v.writes_honoured);
-        let first = it.next().flatten();
-        if it.all(|x| x == first) {
-            first
-        } else {
-            None
-        }
-    };
+    let overall = agreement(r.runs.iter().map(|v| v.writes_honoured)).flatten();
     let _ = writeln!(out, "\nDid the hypervisor honour the guest's TSC writes?");
     let _ = writeln!(out, "  {}", honoured_text(overall, h.kvm_flavor));
     let _ = writeln!(
