@@ -6,8 +6,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tsc_rendezvous::runner::{run, RunOptions};
-use tsc_rendezvous_algo::Variant;
+use tsc_vmm::runner::{run, RunOptions};
+use tsc_sync::Variant;
 
 mod common;
 use common::kvm_or_skip;

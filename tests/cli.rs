@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use tsc_rendezvous::guest_image::EMBEDDED;
-use tsc_rendezvous::vstate::vm::{HIDE_CAP_ENV, KVM_DEVICE_ENV};
+use tsc_vmm::guest_image::EMBEDDED;
+use tsc_vmm::vstate::vm::{HIDE_CAP_ENV, KVM_DEVICE_ENV};
 
 mod common;
 use common::kvm_or_skip;
@@ -224,8 +224,8 @@ fn more_vcpus_than_kvm_or_the_layout_allows_is_refused() {
     if !kvm_or_skip() {
         return;
     }
-    let kvm = tsc_rendezvous::vstate::vm::open_kvm().expect("KVM opens");
-    let limit = tsc_rendezvous::vstate::vm::max_vcpus(&kvm);
+    let kvm = tsc_vmm::vstate::vm::open_kvm().expect("KVM opens");
+    let limit = tsc_vmm::vstate::vm::max_vcpus(&kvm);
     let layout = tsc_contract::layout::MAX_VCPUS;
     // One more than the tighter of the two limits is refused, naming that
     // limit. (Where KVM allows more than the layout holds, as on this

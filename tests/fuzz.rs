@@ -9,9 +9,9 @@ use proptest::prelude::*;
 use tsc_contract::{
     layout, progress_word, Progress, RecordError, RoundRecord, RECORD_MAGIC, RECORD_SIZE,
 };
-use tsc_rendezvous::analysis::{analyse_round, VcpuSample};
-use tsc_rendezvous::guest_image::{check, load, EMBEDDED};
-use tsc_rendezvous::tsc::TscState;
+use tsc_vmm::analysis::{analyse_round, VcpuSample};
+use tsc_vmm::guest_image::{check, load, EMBEDDED};
+use tsc_vmm::tsc::TscState;
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 
 fn config(cases: u32) -> ProptestConfig {

@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use tsc_rendezvous::runner::{run, RunOptions};
-use tsc_rendezvous_algo::Variant;
+use tsc_vmm::runner::{run, RunOptions};
+use tsc_sync::Variant;
 
 mod common;
 use common::kvm_or_skip;

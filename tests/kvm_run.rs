@@ -10,10 +10,10 @@
 use std::process::Command;
 use std::time::Duration;
 
-use tsc_rendezvous::analysis::RoundResult;
-use tsc_rendezvous::host::KvmFlavor;
-use tsc_rendezvous::runner::{run, RunOptions, RunOutput};
-use tsc_rendezvous_algo::Variant;
+use tsc_vmm::analysis::RoundResult;
+use tsc_vmm::host::KvmFlavor;
+use tsc_vmm::runner::{run, RunOptions, RunOutput};
+use tsc_sync::Variant;
 
 mod common;
 use common::kvm_or_skip;

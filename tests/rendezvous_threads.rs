@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use tsc_rendezvous::tsc::host_rdtsc;
-use tsc_rendezvous_algo::{rendezvous, Cpu, Outcome, Shared, Variant};
+use tsc_vmm::tsc::host_rdtsc;
+use tsc_sync::{rendezvous, Cpu, Outcome, Shared, Variant};
 
 /// A CPU whose TSC is the host's plus an offset, as under a hypervisor.
 struct SimCpu {
@@ -155,7 +155,7 @@ fn semaphore_is_32_bit() {
 /// threads interleaving under the lock it sees the skew.
 #[test]
 fn the_warp_test_sees_an_injected_skew_and_nothing_larger() {
-    use tsc_rendezvous_algo::warp::{warp_test, WarpShared};
+    use tsc_sync::warp::{warp_test, WarpShared};
     const SKEW: u64 = 1 << 40;
     let shared = Arc::new(WarpShared::new());
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -193,7 +193,7 @@ fn the_warp_test_sees_an_injected_skew_and_nothing_larger() {
 
 #[test]
 fn a_single_cpu_never_warps() {
-    use tsc_rendezvous_algo::warp::{warp_test, WarpShared};
+    use tsc_sync::warp::{warp_test, WarpShared};
     let shared = WarpShared::new();
     let mut sim = SimCpu {
         offset: 0,
@@ -233,7 +233,7 @@ fn the_progress_hook_sees_every_iteration_in_order() {
             iterations: Vec::new(),
         };
         let out = rendezvous(variant, &shared, 0, 1, &mut cpu);
-        let expected: Vec<u32> = (0..tsc_rendezvous_algo::ITERATIONS).collect();
+        let expected: Vec<u32> = (0..tsc_sync::ITERATIONS).collect();
         assert_eq!(cpu.iterations, expected, "{}", variant.name());
         assert_eq!(
             out.written, out.tsc_first,

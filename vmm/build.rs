@@ -15,7 +15,7 @@ fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets it"));
     let target_dir = out_dir.join("guest-target");
 
-    for dir in ["guest/src", "contract/src", "rendezvous/src"] {
+    for dir in ["guest/src", "contract/src", "sync/src"] {
         rerun_for_tree(&root.join(dir));
     }
     for file in [
@@ -24,7 +24,7 @@ fn main() {
         "guest/guest.ld",
         "guest/.cargo/config.toml",
         "contract/Cargo.toml",
-        "rendezvous/Cargo.toml",
+        "sync/Cargo.toml",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(file).display());
     }

@@ -2,7 +2,7 @@
 
 use core::arch::asm;
 use tsc_contract::{progress_word, Inject};
-use tsc_rendezvous_algo::Cpu;
+use tsc_sync::Cpu;
 
 const IA32_TSC: u32 = 0x10;
 const IA32_TSC_ADJUST: u32 = 0x3b;

@@ -23,8 +23,8 @@ use tsc_contract::{
     CONFIG_COMMAND_MODE, CONFIG_MAGIC, CONTRACT_VERSION, PROGRESS_PAST_LOOP, RECORD_HAS_TSC_ADJUST,
     RECORD_MAGIC,
 };
-use tsc_rendezvous_algo::warp::{warp_test, WarpShared};
-use tsc_rendezvous_algo::{rendezvous, Cpu, Shared};
+use tsc_sync::warp::{warp_test, WarpShared};
+use tsc_sync::{rendezvous, Cpu, Shared};
 
 core::arch::global_asm!(
     ".section .text._start, \"ax\"",

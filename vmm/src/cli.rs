@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use tsc_contract::{layout, Inject, Variant};
-use tsc_rendezvous_algo::ITERATIONS;
+use tsc_sync::ITERATIONS;
 
 use crate::runner::Injection;
 

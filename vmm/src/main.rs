@@ -13,11 +13,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use std::time::Instant;
 
-use tsc_rendezvous::check::{self, CheckOptions};
-use tsc_rendezvous::cli::{CheckArgs, Cli, Cmd, RunArgs};
-use tsc_rendezvous::guest_image;
-use tsc_rendezvous::report::{self, Report, VariantReport};
-use tsc_rendezvous::runner::{self, RunError, RunOptions, RunOutput};
+use tsc_vmm::check::{self, CheckOptions};
+use tsc_vmm::cli::{CheckArgs, Cli, Cmd, RunArgs};
+use tsc_vmm::guest_image;
+use tsc_vmm::report::{self, Report, VariantReport};
+use tsc_vmm::runner::{self, RunError, RunOptions, RunOutput};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -33,7 +33,7 @@ fn main() -> ExitCode {
         .init();
     match cli.command {
         Some(Cmd::Check(args)) => check(&args),
-        Some(Cmd::Compare(args)) => tsc_rendezvous::compare::cmd::main(&args),
+        Some(Cmd::Compare(args)) => tsc_vmm::compare::cmd::main(&args),
         _ => match cli.run_args() {
             Some(args) => run(&args),
             None => ExitCode::from(2),
@@ -160,7 +160,7 @@ struct Stream {
 }
 
 impl Stream {
-    fn write(&mut self, round: &tsc_rendezvous::analysis::RoundResult) -> Result<(), String> {
+    fn write(&mut self, round: &tsc_vmm::analysis::RoundResult) -> Result<(), String> {
         let Some(out) = self.out.as_mut() else {
             return Ok(());
         };

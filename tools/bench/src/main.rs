@@ -18,7 +18,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use tsc_contract::Variant;
-use tsc_rendezvous::runner::{run_streaming, RunOptions};
+use tsc_vmm::runner::{run_streaming, RunOptions};
 
 fn opts(vcpus: u32, rounds: usize) -> RunOptions {
     RunOptions {

@@ -7,7 +7,7 @@ use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
 use tsc_contract::{
     layout, CommandSlot, Config, Variant, COMMAND_SLOT_SIZE, CONFIG_MAGIC, CONTRACT_VERSION,
 };
-use tsc_rendezvous_algo::SHARED_SIZE;
+use tsc_sync::SHARED_SIZE;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 use crate::arch::x86_64::{cpuid, gdt, paging, regs};
