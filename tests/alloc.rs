@@ -6,8 +6,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tsc_vmm::runner::{run, RunOptions};
 use tsc_sync::Variant;
+use tsc_vmm::options::RunOptions;
+use tsc_vmm::rounds::run;
 
 mod common;
 use common::kvm_or_skip;

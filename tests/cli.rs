@@ -65,8 +65,10 @@ fn assert_bad_guest(name: &str, bytes: &[u8], words: &[&str]) {
     let p = path.to_str().expect("utf-8");
     let mut all = vec![p, "static, non-PIE"];
     all.extend_from_slice(words);
-    // The image is checked before KVM is touched: no /dev/kvm needed.
+    // The image is checked before KVM is touched: no /dev/kvm needed. Every
+    // command that takes --guest checks it the same way.
     assert_usage_error(&["run", "--guest", p, "--rounds", "1"], &all);
+    assert_usage_error(&["compare", "--guest", p, "--rounds", "1"], &all);
 }
 
 fn u64_at(b: &[u8], o: usize) -> u64 {
@@ -90,6 +92,24 @@ fn zero_rounds_is_refused() {
 fn unknown_variants_list_the_valid_ones() {
     assert_usage_error(
         &["run", "--variant", "xen-9"],
+        &[
+            "unknown variant 'xen-9'",
+            "xen-4.15, xen-6ca022a1, xen-head",
+        ],
+    );
+}
+
+#[test]
+fn check_and_compare_refuse_unknown_variants_the_same_way() {
+    assert_usage_error(
+        &["check", "--variant", "xen-9"],
+        &[
+            "unknown variant 'xen-9'",
+            "xen-4.15, xen-6ca022a1, xen-head",
+        ],
+    );
+    assert_usage_error(
+        &["compare", "--variants", "xen-4.15,xen-9"],
         &[
             "unknown variant 'xen-9'",
             "xen-4.15, xen-6ca022a1, xen-head",

@@ -9,8 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use tsc_vmm::runner::{run, RunOptions};
 use tsc_sync::Variant;
+use tsc_vmm::options::RunOptions;
+use tsc_vmm::rounds::run;
 
 mod common;
 use common::kvm_or_skip;

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use tsc_sync::Variant;
 use tsc_vmm::compare::plan;
 use tsc_vmm::stats::summarize;
-use tsc_sync::Variant;
 
 mod common;
 use common::kvm_or_skip;

@@ -10,10 +10,11 @@
 use std::process::Command;
 use std::time::Duration;
 
+use tsc_sync::Variant;
 use tsc_vmm::analysis::RoundResult;
 use tsc_vmm::host::KvmFlavor;
-use tsc_vmm::runner::{run, RunOptions, RunOutput};
-use tsc_sync::Variant;
+use tsc_vmm::options::RunOptions;
+use tsc_vmm::rounds::{run, RunOutput};
 
 mod common;
 use common::kvm_or_skip;
@@ -31,7 +32,7 @@ fn run_ok(vcpus: u32, variant: Variant, rounds: usize) -> RunOutput {
         Err(f) => panic!(
             "{} on {vcpus} vCPUs failed after {} rounds: {}",
             variant.name(),
-            f.completed.len(),
+            f.rounds_completed,
             f.error
         ),
     }
@@ -40,10 +41,10 @@ fn run_ok(vcpus: u32, variant: Variant, rounds: usize) -> RunOutput {
 /// What this host must do with guest TSC writes: PVM ignores them; real KVM
 /// honours them (and, from Linux 5.10, without snapping them together).
 fn expect_honoured(out: &RunOutput) -> Option<bool> {
-    match out.host.kvm_flavor {
+    match out.facts.host.kvm_flavor {
         KvmFlavor::Pvm => Some(false),
         KvmFlavor::Vmx | KvmFlavor::Svm
-            if out.host.kernel_version.is_some_and(|v| v >= (5, 10)) =>
+            if out.facts.host.kernel_version.is_some_and(|v| v >= (5, 10)) =>
         {
             Some(true)
         }
@@ -170,8 +171,8 @@ fn every_variant_on_1_2_and_4_vcpus() {
             let out = run_ok(n, variant, rounds);
             let ctx = format!("{} n={n}", variant.name());
             assert_eq!(out.rounds.len(), rounds, "{ctx}: all rounds complete");
-            assert_eq!(out.initial.len(), n as usize);
-            assert!(out.notes.is_empty(), "{ctx}: {:?}", out.notes);
+            assert_eq!(out.facts.initial.len(), n as usize);
+            assert!(out.facts.notes.is_empty(), "{ctx}: {:?}", out.facts.notes);
             let honoured = expect_honoured(&out);
             let mut adjust_sum = vec![0i64; n as usize];
             for (i, r) in out.rounds.iter().enumerate() {
@@ -189,15 +190,16 @@ fn host_facts_are_reported() {
         return;
     }
     let out = run_ok(2, Variant::XenHead, 2);
-    assert!(out.host.tsc_khz.is_some_and(|k| k > 0));
-    assert!(!out.host.kernel_release.is_empty());
+    assert!(out.facts.host.tsc_khz.is_some_and(|k| k > 0));
+    assert!(!out.facts.host.kernel_release.is_empty());
     let pvm = std::path::Path::new("/sys/module/kvm_pvm").exists();
-    assert_eq!(out.host.kvm_flavor == KvmFlavor::Pvm, pvm);
+    assert_eq!(out.facts.host.kvm_flavor == KvmFlavor::Pvm, pvm);
     // Every vCPU runs its TSC at the same rate.
     assert!(out
+        .facts
         .initial
         .iter()
-        .all(|s| s.tsc_khz == out.initial[0].tsc_khz));
+        .all(|s| s.tsc_khz == out.facts.initial[0].tsc_khz));
 }
 
 #[test]

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use tsc_vmm::tsc::host_rdtsc;
 use tsc_sync::{rendezvous, Cpu, Outcome, Shared, Variant};
+use tsc_vmm::tsc::host_rdtsc;
 
 /// A CPU whose TSC is the host's plus an offset, as under a hypervisor.
 struct SimCpu {

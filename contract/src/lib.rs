@@ -588,6 +588,8 @@ impl core::fmt::Display for RecordError {
     }
 }
 
+impl core::error::Error for RecordError {}
+
 impl RoundRecord {
     /// Decodes a record from the bytes the guest wrote (little-endian, x86).
     /// `None` when `bytes` is shorter than [`RECORD_SIZE`].

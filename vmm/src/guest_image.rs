@@ -4,7 +4,6 @@
 //! The image is untrusted input: every header field is checked against the
 //! file and the memory layout before anything is copied.
 
-use std::fmt;
 use std::io::Cursor;
 
 use linux_loader::loader::{elf::Elf, KernelLoader};
@@ -23,62 +22,37 @@ const PHDR_SIZE: usize = 56;
 const PF_X: u32 = 1;
 
 /// Why a guest image cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, displaydoc::Display)]
 pub enum ImageError {
-    /// Shorter than an ELF header, or a header points past the end of the file.
+    /// the file is truncated ({0})
     Truncated(&'static str),
-    /// No ELF magic.
+    /// not an ELF file
     NotElf,
-    /// Not a 64-bit little-endian x86-64 ELF.
+    /// not a 64-bit little-endian x86-64 ELF
     WrongMachine,
-    /// A position-independent (ET_DYN) image: the loader does not relocate.
+    /// a position-independent (ET_DYN) image; link it static and non-PIE at a fixed address
     PositionIndependent,
-    /// Neither ET_EXEC nor ET_DYN.
+    /// ELF type {0} is not an executable
     NotExecutable(u16),
-    /// A loadable segment lies outside the space reserved for the image.
+    /// a segment at {addr:#x} ({size} bytes) lies outside the guest image area 0x100000..0x200000
     SegmentOutsideMemory {
         /// The segment's physical address.
         addr: u64,
         /// Its size in memory.
         size: u64,
     },
-    /// A segment claims more file bytes than it has memory.
+    /// a segment's file size exceeds its memory size
     BadSegment,
-    /// No loadable segment.
+    /// no loadable segment
     NoSegments,
-    /// The entry point is not inside an executable loaded segment.
+    /// entry point {0:#x} is not in an executable loaded segment
     BadEntry(u64),
-    /// The loader failed.
+    /// loading failed: {0}
     Load(String),
 }
 
-impl fmt::Display for ImageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ImageError::Truncated(what) => write!(f, "the file is truncated ({what})"),
-            ImageError::NotElf => f.write_str("not an ELF file"),
-            ImageError::WrongMachine => f.write_str("not a 64-bit little-endian x86-64 ELF"),
-            ImageError::PositionIndependent => f.write_str(
-                "a position-independent (ET_DYN) image; link it static and non-PIE at a fixed address",
-            ),
-            ImageError::NotExecutable(t) => write!(f, "ELF type {t} is not an executable"),
-            ImageError::SegmentOutsideMemory { addr, size } => write!(
-                f,
-                "a segment at {addr:#x} ({size} bytes) lies outside the guest image area {:#x}..{:#x}",
-                layout::IMAGE,
-                layout::IMAGE_END
-            ),
-            ImageError::BadSegment => f.write_str("a segment's file size exceeds its memory size"),
-            ImageError::NoSegments => f.write_str("no loadable segment"),
-            ImageError::BadEntry(e) => {
-                write!(f, "entry point {e:#x} is not in an executable loaded segment")
-            }
-            ImageError::Load(e) => write!(f, "loading failed: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for ImageError {}
+// The message above states the image area as literals: keep them true.
+const _: () = assert!(layout::IMAGE == 0x10_0000 && layout::IMAGE_END == 0x20_0000);
 
 fn u16_at(b: &[u8], o: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?))

@@ -3,34 +3,46 @@
 //! every vCPU's TSC state back through KVM after every round and reports the
 //! skew the rendezvous left behind.
 //!
+//! Data flows one way: options ([`options`]) → VM ([`vstate`]) → guest
+//! records and KVM readback ([`rounds`], [`session`], [`tsc`]) → analysed
+//! rounds ([`analysis`]) → findings ([`check`], [`compare`]) → reports
+//! ([`report`]); the subcommands that drive it are in [`cmd`].
+//!
 //! Where things live:
 //! - [`arch::x86_64`]: guest setup (page tables, GDT, registers, CPUID, MSRs).
 //! - [`guest_image`]: the embedded guest ELF and how it is loaded.
-//! - [`vstate`]: the VM ([`vstate::vm`]) and the vCPU threads ([`vstate::vcpu`]).
+//! - [`vstate`]: the VM and the vCPU threads; [`pool`]: starting, driving and
+//!   stopping them.
 //! - [`tsc`]: reading a vCPU's TSC state back through KVM.
 //! - [`host`]: facts about the host (KVM flavour, kernel, TSC frequency).
-//! - [`analysis`]: skew, honoured writes and exit times from the raw readings.
-//! - [`stats`]: order statistics.
-//! - [`inference`]: PRNG, bootstrap intervals and the Mann-Whitney U test.
-//! - [`compare`]: variants measured interleaved in one VM and compared.
-//! - [`runner`]: one run, from VM creation to the per-round results.
+//! - [`options`]: what a run is asked to do; [`stop`]: the stop request.
+//! - [`error`]: why a run ended early.
+//! - [`rounds`]: one run, from VM creation to the per-round results.
 //! - [`session`]: a VM in command mode, for step-by-step checks.
-//! - [`report`]: the readable report and the JSON schema.
-//! - [`check`]: the regression checks (`check`), JUnit output and baselines.
-//! - [`cli`]: the command line.
+//! - [`analysis`]: skew, honoured writes and exit times from the raw readings.
+//! - [`stats`]: order statistics; [`inference`]: PRNG, bootstrap intervals
+//!   and the Mann-Whitney U test.
+//! - [`compare`]: variants measured interleaved in one VM and compared.
+//! - [`check`]: the regression checks, JUnit output and baselines.
+//! - [`report`]: the readable `run` report and its JSON schema.
+//! - [`cmd`]: the command line, one module per subcommand.
 #![deny(missing_docs)]
 
 pub mod analysis;
 pub mod arch;
 pub mod check;
-pub mod cli;
+pub mod cmd;
 pub mod compare;
+pub mod error;
 pub mod guest_image;
 pub mod host;
 pub mod inference;
+pub mod options;
+pub mod pool;
 pub mod report;
-pub mod runner;
+pub mod rounds;
 pub mod session;
 pub mod stats;
+pub mod stop;
 pub mod tsc;
 pub mod vstate;

@@ -4,8 +4,6 @@
 //! reads (an error bar), the KVM_VCPU_TSC_OFFSET attribute (Linux >= 5.16) and
 //! KVM_GET_TSC_KHZ.
 
-use std::fmt;
-
 use kvm_bindings::{kvm_device_attr, kvm_msr_entry, Msrs};
 use kvm_ioctls::VcpuFd;
 use serde::Serialize;
@@ -32,30 +30,17 @@ pub const KVM_VCPU_TSC_CTRL: u32 = 0;
 pub const KVM_VCPU_TSC_OFFSET: u64 = 0;
 
 /// A failed readback.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
 pub enum TscError {
-    /// KVM_GET_MSRS failed or returned fewer MSRs than asked for.
+    /// KVM_GET_MSRS: {0}
     GetMsrs(String),
-    /// KVM_SET_MSRS failed or wrote fewer MSRs than asked for.
+    /// KVM_SET_MSRS: {0}
     SetMsrs(String),
-    /// KVM_GET_DEVICE_ATTR(KVM_VCPU_TSC_OFFSET) failed although it is supported.
-    GetOffset(errno::Error),
-    /// KVM_GET_TSC_KHZ failed.
+    /// KVM_GET_DEVICE_ATTR(KVM_VCPU_TSC_OFFSET): {0}
+    GetOffset(#[source] errno::Error),
+    /// KVM_GET_TSC_KHZ: {0}
     GetTscKhz(String),
 }
-
-impl fmt::Display for TscError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TscError::GetMsrs(e) => write!(f, "KVM_GET_MSRS: {e}"),
-            TscError::SetMsrs(e) => write!(f, "KVM_SET_MSRS: {e}"),
-            TscError::GetOffset(e) => write!(f, "KVM_GET_DEVICE_ATTR(KVM_VCPU_TSC_OFFSET): {e}"),
-            TscError::GetTscKhz(e) => write!(f, "KVM_GET_TSC_KHZ: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for TscError {}
 
 /// One vCPU's TSC state as KVM reports it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

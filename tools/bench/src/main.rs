@@ -18,7 +18,8 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use tsc_contract::Variant;
-use tsc_vmm::runner::{run_streaming, RunOptions};
+use tsc_vmm::options::RunOptions;
+use tsc_vmm::rounds::run_streaming;
 
 fn opts(vcpus: u32, rounds: usize) -> RunOptions {
     RunOptions {

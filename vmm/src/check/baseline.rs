@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{CheckReport, Verdict};
+use super::report::{CheckReport, Verdict, SCHEMA};
 
 /// The default relative tolerance on the median skew (0.5 = 50 %).
 pub const DEFAULT_TOLERANCE: f64 = 0.5;
@@ -15,7 +15,7 @@ pub const SKEW_FLOOR_CYCLES: f64 = 1000.0;
 
 /// One check compared with the baseline.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Comparison {
+pub struct BaselineVerdict {
     /// The baseline's verdict (null when the check is new).
     pub verdict: Option<Verdict>,
     /// Whether this check is worse than in the baseline.
@@ -26,7 +26,7 @@ pub struct Comparison {
 
 /// What a baseline comparison found beyond the per-check results.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Outcome {
+pub struct BaselineSummary {
     /// Baseline checks that this run does not have.
     pub missing: Vec<String>,
 }
@@ -35,11 +35,10 @@ pub struct Outcome {
 pub fn load(text: &str) -> Result<CheckReport, String> {
     let r: CheckReport =
         serde_json::from_str(text).map_err(|e| format!("not a `check --json` result ({e})"))?;
-    if r.schema != super::SCHEMA {
+    if r.schema != SCHEMA {
         return Err(format!(
             "schema '{}' is not '{}'; write it with `check --json` of this version",
-            r.schema,
-            super::SCHEMA
+            r.schema, SCHEMA
         ));
     }
     Ok(r)
@@ -47,18 +46,18 @@ pub fn load(text: &str) -> Result<CheckReport, String> {
 
 /// Annotates `current`'s checks with the comparison against `base`; a
 /// missing check becomes a FAIL placeholder so it counts as a regression.
-pub fn compare(current: &mut CheckReport, base: &CheckReport, tolerance: f64) -> Outcome {
-    let mut out = Outcome::default();
+pub fn compare(current: &mut CheckReport, base: &CheckReport, tolerance: f64) -> BaselineSummary {
+    let mut out = BaselineSummary::default();
     for c in &mut current.checks {
         let Some(b) = base.checks.iter().find(|b| b.id == c.id) else {
-            c.baseline = Some(Comparison {
+            c.baseline = Some(BaselineVerdict {
                 verdict: None,
                 regressed: false,
                 reason: "new check, not in the baseline".into(),
             });
             continue;
         };
-        let mut cmp = Comparison {
+        let mut cmp = BaselineVerdict {
             verdict: Some(b.verdict),
             regressed: false,
             reason: format!("{} as in the baseline", c.verdict.label()),
@@ -109,7 +108,7 @@ pub fn compare(current: &mut CheckReport, base: &CheckReport, tolerance: f64) ->
             placeholder.verdict = Verdict::Fail;
             placeholder.reason = "in the baseline but missing from this run".into();
             placeholder.values.clear();
-            placeholder.baseline = Some(Comparison {
+            placeholder.baseline = Some(BaselineVerdict {
                 verdict: Some(b.verdict),
                 regressed: true,
                 reason: "missing from this run".into(),
@@ -123,9 +122,8 @@ pub fn compare(current: &mut CheckReport, base: &CheckReport, tolerance: f64) ->
 
 #[cfg(test)]
 mod tests {
-    use super::super::{CheckOptions, CheckResult, Counts, Environment, SkewStats, SCHEMA};
+    use super::super::report::{CheckResult, SkewStats};
     use super::*;
-    use crate::host::KvmFlavor;
     use std::collections::BTreeMap;
 
     fn check(id: &str, verdict: Verdict) -> CheckResult {
@@ -141,42 +139,13 @@ mod tests {
     }
 
     fn report(checks: Vec<CheckResult>, median: f64) -> CheckReport {
-        let mut r = CheckReport {
-            schema: SCHEMA.into(),
-            tool_version: "test".into(),
-            environment: Environment {
-                host: crate::host::HostInfo {
-                    kernel_release: "6.1.0".into(),
-                    kernel_version: Some((6, 1)),
-                    kvm_flavor: KvmFlavor::Vmx,
-                    cpu_model: None,
-                    cpu_tsc_flags: vec![],
-                    clocksource: None,
-                    tsc_khz: Some(1_000_000),
-                    tsc_offset_attr: true,
-                    guest_tsc_adjust: true,
-                },
-                kvm_capabilities: BTreeMap::new(),
-            },
-            options: CheckOptions {
-                vcpus: 2,
-                rounds: 10,
-                variant: "xen-head".into(),
-                warp_iterations: 100,
-                max_skew_ns: None,
-                max_skew_cycles: None,
-                timeout_secs: 60.0,
-            },
-            skew: Some(SkewStats {
-                median_cycles: median,
-                p99_cycles: median,
-                median_ns: None,
-                p99_ns: None,
-            }),
-            checks,
-            counts: Counts::default(),
-            ok: false,
-        };
+        let mut r = crate::check::report::tests::report(checks);
+        r.skew = Some(SkewStats {
+            median_cycles: median,
+            p99_cycles: median,
+            median_ns: None,
+            p99_ns: None,
+        });
         r.tally();
         r
     }

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::CheckReport;
+use super::report::{CheckReport, Verdict};
 
 /// Escapes text for XML attributes and content.
 pub fn escape(s: &str) -> String {
@@ -31,7 +31,7 @@ pub fn render(r: &CheckReport, seconds: f64) -> String {
     let skipped = r
         .checks
         .iter()
-        .filter(|c| !c.fails() && c.verdict == super::Verdict::Skip)
+        .filter(|c| !c.fails() && c.verdict == Verdict::Skip)
         .count();
     let mut x = String::new();
     let _ = writeln!(x, r#"<?xml version="1.0" encoding="UTF-8"?>"#);
@@ -110,7 +110,7 @@ pub fn render(r: &CheckReport, seconds: f64) -> String {
                 c.verdict.label(),
                 escape(&values)
             );
-        } else if c.verdict == super::Verdict::Skip {
+        } else if c.verdict == Verdict::Skip {
             let _ = write!(
                 x,
                 "\n      <skipped message=\"{}\"/>\n    ",

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{CheckReport, Verdict};
+use super::report::{CheckReport, Verdict};
 
 /// Renders the report for a terminal.
 pub fn render_text(r: &CheckReport) -> String {
@@ -44,8 +44,17 @@ pub fn render_text(r: &CheckReport) -> String {
     let _ = writeln!(
         out,
         "\nChecks ({} vCPUs, {} rounds of {}, warp test {} iterations per vCPU)",
-        o.vcpus, o.rounds, o.variant, o.warp_iterations
+        o.vcpus,
+        o.rounds,
+        o.variant.name(),
+        o.warp_iterations
     );
+    if let Some(why) = &r.incomplete {
+        let _ = writeln!(
+            out,
+            "  INCOMPLETE: {why}; checks without evidence are skipped as not measured"
+        );
+    }
     for c in &r.checks {
         let _ = writeln!(
             out,

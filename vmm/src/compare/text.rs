@@ -49,6 +49,12 @@ pub fn render_text(r: &CompareReport) -> String {
         r.elapsed_seconds,
         r.rounds_per_second
     );
+    if let Some(why) = &r.incomplete {
+        let _ = writeln!(
+            o,
+            "INCOMPLETE: {why}; the statistics cover what was measured."
+        );
+    }
     for m in Metric::ALL {
         if r.per_variant.iter().all(|v| summary_of(v, m).is_none()) {
             continue;

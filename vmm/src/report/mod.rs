@@ -7,27 +7,18 @@ use serde::Serialize;
 
 use crate::analysis::RoundResult;
 use crate::host::{cycles_to_ns, HostInfo};
-use crate::runner::RunOutput;
+use crate::rounds::RunFacts;
 use crate::stats::{summarize, Summary};
 
 pub use text::{fmt_num, render_text};
 
 /// Why a report could not be printed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
 pub enum PrintError {
-    /// It could not be encoded as JSON.
-    Json(serde_json::Error),
-    /// Standard output could not be written.
-    Write(std::io::Error),
-}
-
-impl std::fmt::Display for PrintError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PrintError::Json(e) => write!(f, "cannot encode it as JSON: {e}"),
-            PrintError::Write(e) => write!(f, "cannot write it to standard output: {e}"),
-        }
-    }
+    /// cannot encode it as JSON: {0}
+    Json(#[source] serde_json::Error),
+    /// cannot write it to standard output: {0}
+    Write(#[source] std::io::Error),
 }
 
 /// Prints `value` to standard output: pretty JSON when `json`, else the text
@@ -190,19 +181,20 @@ pub fn overall_honoured(rounds: &[RoundResult]) -> Option<bool> {
     crate::analysis::agreement(rounds.iter().map(|r| r.writes_honoured)).flatten()
 }
 
-/// Builds the report of one variant's run.
-pub fn variant_report(variant: &str, out: RunOutput) -> VariantReport {
-    let mut notes = out.notes;
-    if out.spin_breaker {
+/// Builds the report of one variant's run from what it said about itself and
+/// its rounds.
+pub fn variant_report(variant: &str, facts: RunFacts, rounds: Vec<RoundResult>) -> VariantReport {
+    let mut notes = facts.notes;
+    if facts.spin_breaker {
         notes.push(SPIN_BREAKER_NOTE.into());
     }
     VariantReport {
         variant: variant.to_string(),
-        vcpus: out.vcpus,
-        writes_honoured: overall_honoured(&out.rounds),
-        summary: summarize_run(&out.rounds, out.host.tsc_khz),
+        vcpus: facts.vcpus,
+        writes_honoured: overall_honoured(&rounds),
+        summary: summarize_run(&rounds, facts.host.tsc_khz),
         notes,
-        rounds: out.rounds,
+        rounds,
     }
 }
 

@@ -12,17 +12,17 @@
 //! returns at once with EINTR, one inside it is interrupted by the signal, one
 //! outside it sees the flag: no window in which a kick is lost.
 
-use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Once};
 use std::thread::JoinHandle;
 
-use kvm_bindings::{kvm_regs, kvm_run};
+use kvm_bindings::kvm_run;
 use kvm_ioctls::{VcpuExit, VcpuFd};
-use tsc_contract::{ports, PanicCode};
+use tsc_contract::ports;
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
+use super::exit::{GuestPanic, Regs, RegsSnapshot, Suberror, VcpuError, Vector};
 use crate::tsc::{self, TscError, TscState};
 
 /// What the coordinator tells a vCPU thread.
@@ -32,8 +32,6 @@ pub enum Command {
     Run,
     /// Read this vCPU's TSC state back (the vCPU is parked).
     Readback,
-    /// Read IA32_TSC_ADJUST only.
-    ReadAdjust,
     /// Read one MSR through KVM_GET_MSRS (the vCPU is parked).
     GetMsr(u32),
     /// Write one MSR through KVM_SET_MSRS, as the host (the vCPU is parked).
@@ -45,13 +43,20 @@ pub enum Command {
 /// What a vCPU thread reports.
 #[derive(Debug)]
 pub enum Event {
-    /// The guest finished round `round` (or, in command mode, command number
-    /// `round`) and is parked.
+    /// The guest finished round `round` and is parked.
     RoundDone {
         /// The vCPU.
         vcpu: u32,
         /// The round the guest reported.
         round: u32,
+    },
+    /// Command mode: the guest finished command number `seq` (0: none yet,
+    /// it is ready for the first) and is parked.
+    CommandDone {
+        /// The vCPU.
+        vcpu: u32,
+        /// The command's sequence number, as the guest reported it.
+        seq: u32,
     },
     /// The guest finished every round and halted.
     Finished {
@@ -64,13 +69,6 @@ pub enum Event {
         vcpu: u32,
         /// Its state, or why it could not be read.
         state: Result<TscState, TscError>,
-    },
-    /// The answer to [`Command::ReadAdjust`].
-    Adjust {
-        /// The vCPU.
-        vcpu: u32,
-        /// IA32_TSC_ADJUST, or why it could not be read.
-        value: Result<u64, TscError>,
     },
     /// The answer to [`Command::GetMsr`] and [`Command::SetMsr`] (the value
     /// read, or the value written).
@@ -94,167 +92,6 @@ pub enum Event {
         /// The vCPU.
         vcpu: u32,
     },
-}
-
-/// The general-purpose registers that matter for a diagnosis.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RegsSnapshot {
-    /// rip.
-    pub rip: u64,
-    /// rsp.
-    pub rsp: u64,
-    /// rax.
-    pub rax: u64,
-    /// rbx.
-    pub rbx: u64,
-    /// rcx.
-    pub rcx: u64,
-    /// rdx.
-    pub rdx: u64,
-    /// rflags.
-    pub rflags: u64,
-}
-
-impl From<kvm_regs> for RegsSnapshot {
-    fn from(r: kvm_regs) -> Self {
-        RegsSnapshot {
-            rip: r.rip,
-            rsp: r.rsp,
-            rax: r.rax,
-            rbx: r.rbx,
-            rcx: r.rcx,
-            rdx: r.rdx,
-            rflags: r.rflags,
-        }
-    }
-}
-
-impl fmt::Display for RegsSnapshot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "rip={:#x} rsp={:#x} rax={:#x} rbx={:#x} rcx={:#x} rdx={:#x} rflags={:#x}",
-            self.rip, self.rsp, self.rax, self.rbx, self.rcx, self.rdx, self.rflags
-        )
-    }
-}
-
-/// Why a vCPU stopped running the guest.
-#[derive(Debug)]
-pub enum VcpuError {
-    /// The guest triple-faulted (KVM_EXIT_SHUTDOWN).
-    TripleFault(Option<RegsSnapshot>),
-    /// KVM could not emulate something (KVM_EXIT_INTERNAL_ERROR).
-    InternalError {
-        /// KVM's suberror (1 = emulation failure, e.g. an SSE instruction on PVM).
-        suberror: u32,
-        /// Registers.
-        regs: Option<RegsSnapshot>,
-    },
-    /// The CPU refused to enter the guest (KVM_EXIT_FAIL_ENTRY).
-    FailEntry {
-        /// hardware_entry_failure_reason.
-        reason: u64,
-        /// Registers.
-        regs: Option<RegsSnapshot>,
-    },
-    /// The guest reported a panic; `text` is what it wrote to the console.
-    GuestPanic {
-        /// The raw code.
-        code: u32,
-        /// The console text.
-        text: String,
-    },
-    /// A CPU exception reached the guest's IDT.
-    GuestException {
-        /// The vector.
-        vector: u32,
-        /// The faulting RIP.
-        rip: u64,
-        /// The error code (0 when the exception has none).
-        error_code: u64,
-    },
-    /// An exit the guest never makes on purpose.
-    UnexpectedExit {
-        /// The exit, described.
-        exit: String,
-        /// Registers.
-        regs: Option<RegsSnapshot>,
-    },
-    /// The guest halted before reporting it had finished.
-    EarlyHalt(Option<RegsSnapshot>),
-    /// KVM_RUN failed.
-    Run(kvm_ioctls::Error),
-}
-
-fn regs_suffix(regs: &Option<RegsSnapshot>) -> String {
-    match regs {
-        Some(r) => format!(" ({r})"),
-        None => String::new(),
-    }
-}
-
-impl fmt::Display for VcpuError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            VcpuError::TripleFault(r) => {
-                write!(f, "triple fault (KVM_EXIT_SHUTDOWN){}", regs_suffix(r))
-            }
-            VcpuError::InternalError { suberror, regs } => {
-                let what = if *suberror == 1 {
-                    " (emulation failure: an instruction KVM cannot emulate, e.g. SSE/x87 on PVM)"
-                } else {
-                    ""
-                };
-                write!(
-                    f,
-                    "KVM internal error, suberror {suberror}{what}{}",
-                    regs_suffix(regs)
-                )
-            }
-            VcpuError::FailEntry { reason, regs } => write!(
-                f,
-                "entry into the guest failed, hardware reason {reason:#x}{}",
-                regs_suffix(regs)
-            ),
-            VcpuError::GuestPanic { code, text } => {
-                let what = PanicCode::from_raw(*code)
-                    .map(PanicCode::describe)
-                    .unwrap_or("the guest reported an unknown panic code");
-                write!(f, "{what} (code {code})")?;
-                if !text.is_empty() {
-                    write!(f, ": {text}")?;
-                }
-                Ok(())
-            }
-            VcpuError::GuestException {
-                vector,
-                rip,
-                error_code,
-            } => write!(
-                f,
-                "CPU exception {} (vector {vector}) at rip={rip:#x}, error code {error_code:#x}",
-                exception_name(*vector)
-            ),
-            VcpuError::UnexpectedExit { exit, regs } => {
-                write!(f, "unexpected exit: {exit}{}", regs_suffix(regs))
-            }
-            VcpuError::EarlyHalt(r) => write!(
-                f,
-                "the guest halted before finishing its rounds{}",
-                regs_suffix(r)
-            ),
-            VcpuError::Run(e) => write!(f, "KVM_RUN failed: {e}"),
-        }
-    }
-}
-
-fn exception_name(vector: u32) -> &'static str {
-    const NAMES: [&str; 21] = [
-        "#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "CSO", "#TS", "#NP", "#SS",
-        "#GP", "#PF", "reserved", "#MF", "#AC", "#MC", "#XM", "#VE",
-    ];
-    NAMES.get(vector as usize).copied().unwrap_or("(reserved)")
 }
 
 /// Stops one vCPU thread from another thread.
@@ -322,7 +159,9 @@ pub struct VcpuThread {
 /// Most console bytes kept per vCPU (the rest is dropped, with a note).
 const CONSOLE_LIMIT: usize = 4096;
 
-enum Outcome {
+/// How a [`Command::Run`] ended: the vCPU is parked (and can be resumed), or
+/// its thread is done.
+enum RunEnd {
     Park(Event),
     End(Event),
 }
@@ -385,13 +224,6 @@ impl VcpuThread {
                     },
                     false,
                 ),
-                Command::ReadAdjust => (
-                    Event::Adjust {
-                        vcpu: self.index,
-                        value: tsc::read_adjust(&self.fd),
-                    },
-                    false,
-                ),
                 Command::GetMsr(index) => (
                     Event::Msr {
                         vcpu: self.index,
@@ -409,8 +241,8 @@ impl VcpuThread {
                     false,
                 ),
                 Command::Run => match self.run_guest() {
-                    Outcome::Park(e) => (e, false),
-                    Outcome::End(e) => (e, true),
+                    RunEnd::Park(e) => (e, false),
+                    RunEnd::End(e) => (e, true),
                 },
             };
             if self.events.send(event).is_err() || end {
@@ -419,12 +251,12 @@ impl VcpuThread {
         }
     }
 
-    fn regs(&self) -> Option<RegsSnapshot> {
-        self.fd.get_regs().ok().map(RegsSnapshot::from)
+    fn regs(&self) -> Regs {
+        Regs(self.fd.get_regs().ok().map(RegsSnapshot::from))
     }
 
-    fn fail(&self, error: VcpuError) -> Outcome {
-        Outcome::End(Event::Failed {
+    fn fail(&self, error: VcpuError) -> RunEnd {
+        RunEnd::End(Event::Failed {
             vcpu: self.index,
             error,
         })
@@ -453,10 +285,10 @@ impl VcpuThread {
         }
     }
 
-    fn run_guest(&mut self) -> Outcome {
+    fn run_guest(&mut self) -> RunEnd {
         loop {
             if self.stop.load(Ordering::SeqCst) {
-                return Outcome::End(Event::Stopped { vcpu: self.index });
+                return RunEnd::End(Event::Stopped { vcpu: self.index });
             }
             let exit = match self.fd.run() {
                 Ok(exit) => exit,
@@ -503,7 +335,7 @@ impl VcpuThread {
                 }
                 Err(ExitKind::Hlt) => {
                     if self.done_reported {
-                        return Outcome::End(Event::Finished { vcpu: self.index });
+                        return RunEnd::End(Event::Finished { vcpu: self.index });
                     }
                     let regs = self.regs();
                     return self.fail(VcpuError::EarlyHalt(regs));
@@ -518,7 +350,10 @@ impl VcpuThread {
                     let suberror =
                         unsafe { self.fd.get_kvm_run().__bindgen_anon_1.internal.suberror };
                     let regs = self.regs();
-                    return self.fail(VcpuError::InternalError { suberror, regs });
+                    return self.fail(VcpuError::InternalError {
+                        suberror: Suberror(suberror),
+                        regs,
+                    });
                 }
                 Err(ExitKind::FailEntry(reason)) => {
                     let regs = self.regs();
@@ -534,7 +369,7 @@ impl VcpuThread {
     }
 
     /// Handles an `out`; `Some` ends this `Run`.
-    fn handle_out(&mut self, port: u16, len: usize, value: u32) -> Option<Outcome> {
+    fn handle_out(&mut self, port: u16, len: usize, value: u32) -> Option<RunEnd> {
         let expected_len = if port == ports::CONSOLE { 1 } else { 4 };
         let known = matches!(
             port,
@@ -557,9 +392,13 @@ impl VcpuThread {
                 self.console_byte(value as u8);
                 None
             }
-            ports::ROUND_DONE | ports::COMMAND_DONE => Some(Outcome::Park(Event::RoundDone {
+            ports::ROUND_DONE => Some(RunEnd::Park(Event::RoundDone {
                 vcpu: self.index,
                 round: value,
+            })),
+            ports::COMMAND_DONE => Some(RunEnd::Park(Event::CommandDone {
+                vcpu: self.index,
+                seq: value,
             })),
             ports::DONE => {
                 self.done_reported = true;
@@ -567,12 +406,12 @@ impl VcpuThread {
             }
             ports::PANIC => {
                 let text = self.console_text();
-                Some(self.fail(VcpuError::GuestPanic { code: value, text }))
+                Some(self.fail(VcpuError::GuestPanic(GuestPanic { code: value, text })))
             }
             _ => {
-                let regs = self.regs().unwrap_or_default();
+                let regs = self.regs().0.unwrap_or_default();
                 Some(self.fail(VcpuError::GuestException {
-                    vector: value,
+                    vector: Vector(value),
                     rip: regs.rbx,
                     error_code: regs.rcx,
                 }))

@@ -14,20 +14,27 @@ use crate::arch::x86_64::{cpuid, gdt, paging, regs};
 use crate::guest_image::{self, ImageError};
 
 /// Why the VM could not be set up.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
 pub enum VmError {
-    /// /dev/kvm could not be opened.
-    OpenKvm(kvm_ioctls::Error),
-    /// The device opened is not a KVM with the stable API (KVM_GET_API_VERSION).
+    /// cannot open {path} ({source}): {hint}
+    OpenKvm {
+        /// The device path.
+        path: String,
+        /// Why it could not be opened.
+        source: kvm_ioctls::Error,
+        /// What to do about it.
+        hint: &'static str,
+    },
+    /// {path} is not a usable KVM device (KVM_GET_API_VERSION returned {api}, expected 12); check that it is the kvm character device (10:232)
     NotKvm {
         /// The device path.
         path: String,
         /// What KVM_GET_API_VERSION said (-1: the ioctl failed).
         api: i32,
     },
-    /// KVM lacks something this tool needs.
+    /// this KVM lacks {0}, which tsc-rendezvous needs; use a newer kernel
     MissingCapability(&'static str),
-    /// More vCPUs than KVM or the memory layout allow.
+    /// --vcpus {requested} is more than {by} allows ({limit}); use at most {limit}
     TooManyVcpus {
         /// Asked for.
         requested: u32,
@@ -36,52 +43,25 @@ pub enum VmError {
         /// Whose limit it is.
         by: &'static str,
     },
-    /// A KVM ioctl failed.
-    Kvm(&'static str, kvm_ioctls::Error),
-    /// Guest memory could not be created or written.
+    /// {0} failed: {1}
+    Kvm(&'static str, #[source] kvm_ioctls::Error),
+    /// guest memory: {0}
     Memory(String),
-    /// The guest image is unusable.
-    Image(ImageError),
+    /// guest image: {0}
+    Image(#[from] ImageError),
 }
 
-impl fmt::Display for VmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            VmError::OpenKvm(e) => {
-                let hint = match e.errno() {
-                    libc::ENOENT => "/dev/kvm does not exist: load the kvm module (kvm_intel or kvm_amd), or enable nested virtualisation for this VM",
-                    libc::EACCES | libc::EPERM => "no permission: add yourself to the kvm group (`sudo usermod -aG kvm $USER`, then log in again) or install a udev rule giving /dev/kvm mode 0666",
-                    _ => "check that /dev/kvm exists and is readable and writable",
-                };
-                write!(f, "cannot open {} ({e}): {hint}", kvm_device())
-            }
-            VmError::NotKvm { path, api } => write!(
-                f,
-                "{path} is not a usable KVM device (KVM_GET_API_VERSION returned {api}, expected 12); \
-                 check that it is the kvm character device (10:232)"
-            ),
-            VmError::MissingCapability(c) => {
-                write!(
-                    f,
-                    "this KVM lacks {c}, which tsc-rendezvous needs; use a newer kernel"
-                )
-            }
-            VmError::TooManyVcpus {
-                requested,
-                limit,
-                by,
-            } => write!(
-                f,
-                "--vcpus {requested} is more than {by} allows ({limit}); use at most {limit}"
-            ),
-            VmError::Kvm(what, e) => write!(f, "{what} failed: {e}"),
-            VmError::Memory(e) => write!(f, "guest memory: {e}"),
-            VmError::Image(e) => write!(f, "guest image: {e}"),
-        }
+impl VmError {
+    /// The error for a device that cannot be opened, with what to do about it.
+    pub fn open_kvm(path: String, source: kvm_ioctls::Error) -> VmError {
+        let hint = match source.errno() {
+            libc::ENOENT => "/dev/kvm does not exist: load the kvm module (kvm_intel or kvm_amd), or enable nested virtualisation for this VM",
+            libc::EACCES | libc::EPERM => "no permission: add yourself to the kvm group (`sudo usermod -aG kvm $USER`, then log in again) or install a udev rule giving /dev/kvm mode 0666",
+            _ => "check that /dev/kvm exists and is readable and writable",
+        };
+        VmError::OpenKvm { path, source, hint }
     }
 }
-
-impl std::error::Error for VmError {}
 
 /// A VM with its memory set up and its vCPUs created, not yet running.
 ///
@@ -125,7 +105,7 @@ pub fn open_kvm() -> Result<Kvm, VmError> {
         path: path.clone(),
         api: -1,
     })?;
-    let kvm = Kvm::new_with_path(&c_path).map_err(VmError::OpenKvm)?;
+    let kvm = Kvm::new_with_path(&c_path).map_err(|e| VmError::open_kvm(path.clone(), e))?;
     let api = kvm.get_api_version();
     if api != 12 {
         return Err(VmError::NotKvm { path, api });
@@ -211,7 +191,7 @@ impl Vm {
                 .map_err(|e| VmError::Kvm("KVM_SET_USER_MEMORY_REGION", e))?;
         }
 
-        let entry = guest_image::load(&mem, image).map_err(VmError::Image)?;
+        let entry = guest_image::load(&mem, image)?;
         write_tables(&mem)?;
         let config = Config {
             magic: CONFIG_MAGIC,
@@ -369,9 +349,12 @@ mod tests {
 
     #[test]
     fn open_errors_say_how_to_get_access() {
-        let e = VmError::OpenKvm(kvm_ioctls::Error::new(libc::EACCES)).to_string();
+        let e =
+            VmError::open_kvm("/dev/kvm".into(), kvm_ioctls::Error::new(libc::EACCES)).to_string();
+        assert!(e.starts_with("cannot open /dev/kvm ("), "{e}");
         assert!(e.contains("kvm group") && e.contains("udev rule"), "{e}");
-        let e = VmError::OpenKvm(kvm_ioctls::Error::new(libc::ENOENT)).to_string();
+        let e =
+            VmError::open_kvm("/dev/kvm".into(), kvm_ioctls::Error::new(libc::ENOENT)).to_string();
         assert!(e.contains("load the kvm module"), "{e}");
     }
 }

@@ -19,12 +19,16 @@
 //! Every method that is available is cross-checked against the others and any
 //! disagreement is reported with the round, never hidden.
 
+mod accumulate;
+
 use std::borrow::Cow;
 
 use serde::Serialize;
 use tsc_contract::{RoundRecord, RECORD_HAS_TSC_ADJUST};
 
 use crate::tsc::TscState;
+
+pub use accumulate::RoundAccumulator;
 
 /// Signed difference `a - b` of two wrapping u64 values.
 pub fn signed_delta(a: u64, b: u64) -> i64 {

@@ -1,0 +1,138 @@
+//! What checks 1 and 3-6 judge, measured once on one command-mode VM: every
+//! vCPU's state at the start, the rendezvous rounds, a later guest TSC read,
+//! and the warp test. A stop request (SIGINT, SIGTERM) ends the measurement
+//! early with what it had; the checks then judge what is there.
+
+use std::collections::BTreeMap;
+
+use tsc_contract::RoundRecord;
+
+use super::report::{CheckOptions, Environment, SkewStats};
+use crate::analysis::{RoundAccumulator, RoundResult};
+use crate::error::RunError;
+use crate::host::{cycles_to_ns, HostInfo};
+use crate::session::{Session, WarpSeen};
+use crate::stats::summarize;
+use crate::tsc::{host_rdtsc, TscState};
+
+/// Every guest's TSC read once more after the last round.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaterRead {
+    /// What each vCPU read.
+    pub tsc: Vec<u64>,
+    /// Host TSC cycles from just before the last round started until after
+    /// the read.
+    pub host_elapsed: u64,
+}
+
+/// The warp test after the rounds, and the state it ran in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WarpEvidence {
+    /// What each vCPU saw.
+    pub seen: Vec<WarpSeen>,
+    /// Every vCPU's TSC state right after the test.
+    pub after: Vec<TscState>,
+}
+
+/// Everything checks 1 and 3-6 judge.
+#[derive(Clone, Debug)]
+pub struct Evidence {
+    /// The host, the VM and KVM's capabilities.
+    pub env: Environment,
+    /// The options measured with.
+    pub options: CheckOptions,
+    /// Every vCPU's TSC state before the first round.
+    pub initial: Vec<TscState>,
+    /// The rounds completed.
+    pub rounds: Vec<RoundResult>,
+    /// The guests' TSC read after the rounds (absent when stopped before).
+    pub later_read: Option<LaterRead>,
+    /// The warp test (absent when stopped before).
+    pub warp: Option<WarpEvidence>,
+}
+
+impl Evidence {
+    /// Skew statistics over the rounds completed.
+    pub fn skew(&self) -> Option<SkewStats> {
+        let khz = self.env.host.tsc_khz;
+        summarize(self.rounds.iter().map(|r| r.skew_cycles as f64)).map(|s| SkewStats {
+            median_cycles: s.median,
+            p99_cycles: s.p99,
+            median_ns: khz.map(|k| cycles_to_ns(s.median, k)),
+            p99_ns: khz.map(|k| cycles_to_ns(s.p99, k)),
+        })
+    }
+}
+
+/// Measures the evidence. Fails only when not even the environment could be
+/// read; an error later (a stop request, a vCPU failure) is returned beside
+/// what was measured before it.
+pub fn measure(opts: &CheckOptions) -> Result<(Evidence, Option<RunError>), RunError> {
+    let mut s = Session::start(opts.vcpus, opts.timeout)?;
+    let initial = s.readback()?;
+    let env = Environment {
+        host: HostInfo::collect(
+            initial.first().map(|t| t.tsc_khz),
+            s.has_offset_attr(),
+            s.guest_tsc_adjust(),
+        ),
+        kvm_capabilities: s.kvm().map(capabilities).unwrap_or_default(),
+    };
+    let mut ev = Evidence {
+        env,
+        options: opts.clone(),
+        rounds: Vec::with_capacity(opts.rounds as usize),
+        later_read: None,
+        warp: None,
+        initial,
+    };
+    let stopped = rounds_and_warp(&mut s, &mut ev).err();
+    Ok((ev, stopped))
+}
+
+fn rounds_and_warp(s: &mut Session, ev: &mut Evidence) -> Result<(), RunError> {
+    let opts = &ev.options;
+    let mut acc = RoundAccumulator::new(&ev.initial);
+    let mut records: Vec<RoundRecord> = Vec::with_capacity(ev.initial.len());
+    let mut after: Vec<TscState> = Vec::with_capacity(ev.initial.len());
+    let mut host_before_last = host_rdtsc();
+    for round in 0..opts.rounds {
+        host_before_last = host_rdtsc();
+        s.rendezvous(opts.variant, round, &mut records)?;
+        s.readback_into(&mut after)?;
+        ev.rounds
+            .push(acc.add(round, opts.variant, &records, &after));
+    }
+    let tsc = s.guest_rdtsc_all()?;
+    ev.later_read = Some(LaterRead {
+        tsc,
+        host_elapsed: host_rdtsc().wrapping_sub(host_before_last),
+    });
+    let seen = s.warp(opts.warp_iterations)?;
+    let after = s.readback()?;
+    ev.warp = Some(WarpEvidence { seen, after });
+    Ok(())
+}
+
+/// The KVM capabilities a report states.
+pub fn capabilities(kvm: &kvm_ioctls::Kvm) -> BTreeMap<String, i32> {
+    use kvm_bindings::{
+        KVM_CAP_ADJUST_CLOCK, KVM_CAP_GET_TSC_KHZ, KVM_CAP_TSC_CONTROL, KVM_CAP_TSC_DEADLINE_TIMER,
+        KVM_CAP_VM_TSC_CONTROL,
+    };
+    let mut m = BTreeMap::new();
+    for (name, cap) in [
+        ("KVM_CAP_TSC_CONTROL", KVM_CAP_TSC_CONTROL),
+        ("KVM_CAP_GET_TSC_KHZ", KVM_CAP_GET_TSC_KHZ),
+        ("KVM_CAP_VM_TSC_CONTROL", KVM_CAP_VM_TSC_CONTROL),
+        ("KVM_CAP_ADJUST_CLOCK", KVM_CAP_ADJUST_CLOCK),
+        ("KVM_CAP_TSC_DEADLINE_TIMER", KVM_CAP_TSC_DEADLINE_TIMER),
+    ] {
+        m.insert(name.to_string(), kvm.check_extension_raw(u64::from(cap)));
+    }
+    m.insert(
+        "KVM_CAP_MAX_VCPUS".into(),
+        crate::vstate::vm::max_vcpus(kvm) as i32,
+    );
+    m
+}

@@ -1,0 +1,142 @@
+//! Check 1, `same-start`: every vCPU starts with the same TSC offset and the
+//! same TSC frequency (KVM gives every new vCPU the same offset on a stable
+//! host clocksource).
+
+use super::{Check, Context, Evidence, Finding};
+use crate::analysis::signed_delta;
+use crate::error::RunError;
+use crate::tsc::TscState;
+
+/// Check 1.
+pub struct SameStart;
+
+impl Check for SameStart {
+    fn number(&self) -> u32 {
+        1
+    }
+    fn id(&self) -> &'static str {
+        "same-start"
+    }
+    fn title(&self) -> &'static str {
+        "every vCPU starts with the same TSC offset and frequency"
+    }
+    fn run(&self, ev: &Evidence, _: &Context) -> Result<Finding, RunError> {
+        Ok(judge(&ev.initial, ev.env.host.tsc_offset_attr))
+    }
+}
+
+/// Judges every vCPU's state before the first round; `offset_attr` says
+/// whether the offsets were read exactly (KVM_VCPU_TSC_OFFSET).
+pub fn judge(initial: &[TscState], offset_attr: bool) -> Finding {
+    let khz: Vec<u32> = initial.iter().map(|t| t.tsc_khz).collect();
+    let same_khz = khz.windows(2).all(|w| w[0] == w[1]);
+    let mut f = Finding::skip("no vCPU").with("tsc_khz", &khz);
+    if initial.is_empty() {
+        return f;
+    }
+    if offset_attr {
+        let offsets: Vec<Option<u64>> = initial.iter().map(|t| t.offset).collect();
+        f.value("offsets", &offsets);
+        let same = offsets.windows(2).all(|w| w[0] == w[1]);
+        match (same, same_khz) {
+            (true, true) => f.set(
+                super::Verdict::Pass,
+                "equal offsets (KVM_VCPU_TSC_OFFSET) and frequencies",
+            ),
+            (false, _) => f.set(
+                super::Verdict::Fail,
+                "the vCPUs were created with different TSC offsets",
+            ),
+            (true, false) => f.set(
+                super::Verdict::Fail,
+                "the vCPUs run their TSCs at different frequencies",
+            ),
+        }
+        return f;
+    }
+    // Bracketed estimates: equal within their error bars.
+    let (o0, err0) = (initial[0].estimated_offset(), initial[0].estimate_error());
+    let worst = initial
+        .iter()
+        .map(|t| {
+            let d = signed_delta(t.estimated_offset(), o0).unsigned_abs();
+            (d, t.estimate_error() + err0)
+        })
+        .max_by_key(|(d, _)| *d)
+        .unwrap_or((0, 0));
+    f.value("largest_offset_difference_cycles", worst.0);
+    f.value("error_cycles", worst.1);
+    let adj_zero = initial.iter().all(|t| t.adjust == 0);
+    if !same_khz {
+        f.set(
+            super::Verdict::Fail,
+            "the vCPUs run their TSCs at different frequencies",
+        );
+    } else if worst.0 <= worst.1 && adj_zero {
+        f.set(
+            super::Verdict::Pass,
+            "offsets equal within the bracketed reads' error (no KVM_VCPU_TSC_OFFSET)",
+        );
+    } else {
+        f.set(
+            super::Verdict::Fail,
+            "offsets differ by more than the bracketed reads' error",
+        );
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Verdict;
+    use super::*;
+
+    fn state(offset: Option<u64>, tsc: u64, host: u64, khz: u32) -> TscState {
+        TscState {
+            adjust: 0,
+            tsc,
+            host_before: host,
+            host_after: host + 100,
+            offset,
+            tsc_khz: khz,
+        }
+    }
+
+    #[test]
+    fn exact_offsets_must_be_equal() {
+        let same = [state(Some(7), 0, 0, 1), state(Some(7), 0, 0, 1)];
+        assert_eq!(judge(&same, true).verdict, Verdict::Pass);
+        let differ = [state(Some(7), 0, 0, 1), state(Some(8), 0, 0, 1)];
+        let f = judge(&differ, true);
+        assert_eq!(f.verdict, Verdict::Fail);
+        assert!(f.reason.contains("different TSC offsets"), "{}", f.reason);
+        let khz = [state(Some(7), 0, 0, 1), state(Some(7), 0, 0, 2)];
+        assert!(judge(&khz, true).reason.contains("frequencies"));
+    }
+
+    #[test]
+    fn bracketed_offsets_must_agree_within_their_error() {
+        // Offsets (tsc - bracket midpoint) 1000 and 1090; each bracket is 100
+        // wide, so the error of the difference is 50 + 50 = 100.
+        let near = [state(None, 1_050, 0, 1), state(None, 1_140, 0, 1)];
+        let f = judge(&near, false);
+        assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
+        assert_eq!(f.values["largest_offset_difference_cycles"], 90);
+        assert_eq!(f.values["error_cycles"], 100);
+        let far = [state(None, 1_050, 0, 1), state(None, 1_151, 0, 1)];
+        assert_eq!(judge(&far, false).verdict, Verdict::Fail);
+        let adjusted = [
+            TscState {
+                adjust: 5,
+                ..near[0]
+            },
+            near[1],
+        ];
+        assert_eq!(judge(&adjusted, false).verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn no_vcpu_is_nothing_to_judge() {
+        assert_eq!(judge(&[], true).verdict, Verdict::Skip);
+    }
+}

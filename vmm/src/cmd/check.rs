@@ -1,0 +1,152 @@
+//! `check`: the regression checks, their report (text, `--json`, `--junit`),
+//! the baseline comparison and the exit code: 0 every check passed (or was
+//! skipped) and nothing regressed, 1 a check failed or regressed, 2 the
+//! checks could not run, 130/143 stopped by SIGINT/SIGTERM (what was measured
+//! is reported, marked incomplete).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use tsc_contract::Variant;
+
+use super::args::{
+    parse_one_variant, parse_percent, parse_positive, parse_rounds, parse_timeout, parse_vcpus,
+};
+use super::common::{cannot_run, install_stop_handlers, Exit};
+use crate::check::{self, baseline, junit, CheckOptions};
+use crate::options::default_timeout;
+use crate::report;
+use crate::stop;
+
+/// Options of `check`.
+#[derive(Debug, Args, Clone)]
+pub struct CheckArgs {
+    /// vCPUs for the rendezvous, warp and skew checks.
+    #[arg(long, default_value_t = 2, value_parser = parse_vcpus)]
+    pub vcpus: u32,
+
+    /// Rendezvous rounds for checks 3-6.
+    #[arg(long, default_value_t = 200, value_parser = parse_rounds)]
+    pub rounds: u32,
+
+    /// The variant to run (xen-4.15, xen-6ca022a1, xen-head).
+    #[arg(long, default_value = "xen-head", value_parser = parse_one_variant)]
+    pub variant: Variant,
+
+    /// Iterations of the guest warp test per vCPU.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub warp_iterations: u64,
+
+    /// Check 6 fails when the median or p99 skew exceeds this many ns.
+    #[arg(long, value_name = "NS", value_parser = parse_positive)]
+    pub max_skew_ns: Option<f64>,
+
+    /// Check 6 fails when the median or p99 skew exceeds this many cycles.
+    #[arg(long, value_name = "CYCLES")]
+    pub max_skew_cycles: Option<u64>,
+
+    /// Print the result as JSON (schema `tsc-rendezvous/check/v1`,
+    /// vmm/schema/check-v1.json) instead of the readable table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also write a JUnit XML file (one testcase per check).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+
+    /// Compare with an earlier `check --json` result: a check whose verdict
+    /// got worse (PASS > SKIP > FAIL), a missing check, or a median skew that
+    /// grew beyond the tolerance fails (exit code 1).
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+
+    /// Allowed growth of the median skew against the baseline, in percent
+    /// (growth below 1,000 cycles never counts).
+    #[arg(long, value_name = "PERCENT", default_value_t = 50.0, value_parser = parse_percent)]
+    pub tolerance: f64,
+
+    /// Give up after this many seconds. Default: 120 s plus 100 ms per round
+    /// and vCPU.
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    pub timeout: Option<Duration>,
+}
+
+impl CheckArgs {
+    /// The deadline of the whole check.
+    pub fn timeout(&self) -> Duration {
+        match self.timeout {
+            Some(t) => t,
+            None => Duration::from_secs(60) + default_timeout(self.vcpus, self.rounds),
+        }
+    }
+}
+
+/// Runs `check`.
+pub fn main(args: &CheckArgs) -> Exit {
+    match check(args) {
+        Ok(exit) | Err(exit) => exit,
+    }
+}
+
+fn check(args: &CheckArgs) -> Result<Exit, Exit> {
+    let base = match &args.baseline {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| e.to_string())
+                .and_then(|t| baseline::load(&t))
+                .map_err(|e| cannot_run(format_args!("baseline {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    install_stop_handlers()?;
+    let opts = CheckOptions {
+        vcpus: args.vcpus,
+        rounds: args.rounds,
+        variant: args.variant,
+        warp_iterations: args.warp_iterations,
+        max_skew_ns: args.max_skew_ns,
+        max_skew_cycles: args.max_skew_cycles,
+        timeout: args.timeout(),
+    };
+    let started = Instant::now();
+    let mut report = match check::run_checks(&opts) {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(signal) = e.0.signal() {
+                eprintln!("error: {e}");
+                return Ok(Exit::Stopped(signal));
+            }
+            return Err(cannot_run(format_args!("the checks could not run: {e}")));
+        }
+    };
+    if let Some(b) = &base {
+        let out = baseline::compare(&mut report, b, args.tolerance / 100.0);
+        for m in out.missing {
+            eprintln!("warning: check '{m}' is in the baseline but not in this run");
+        }
+    }
+    if let Some(path) = &args.junit {
+        let xml = junit::render(&report, started.elapsed().as_secs_f64());
+        std::fs::write(path, xml).map_err(|e| {
+            cannot_run(format_args!(
+                "cannot write the JUnit file {}: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    match report::print(&report, args.json, check::render_text) {
+        Ok(()) => {}
+        Err(e @ report::PrintError::Json(_)) => {
+            return Err(cannot_run(format_args!("the check result: {e}")))
+        }
+        Err(report::PrintError::Write(_)) => return Ok(Exit::Failed),
+    }
+    if let Some(why) = &report.incomplete {
+        eprintln!("error: {why}");
+        if let Some(signal) = stop::requested() {
+            return Ok(Exit::Stopped(signal));
+        }
+    }
+    Ok(if report.ok { Exit::Done } else { Exit::Failed })
+}

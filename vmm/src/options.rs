@@ -1,0 +1,144 @@
+//! What a run is asked to do: the vCPUs, the schedule of variants, the
+//! deadline, the guest image and an optional injected fault. Built by the
+//! commands from their arguments and by the tests directly; read by
+//! [`crate::rounds`].
+
+use std::time::Duration;
+
+use tsc_contract::{Config, Inject, Variant};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Number of vCPUs.
+    pub vcpus: u32,
+    /// The variant of each round, in order.
+    pub schedule: Vec<Variant>,
+    /// The whole run must finish within this.
+    pub timeout: Duration,
+    /// The guest image; the embedded one when `None`.
+    pub image: Option<Vec<u8>>,
+    /// A fault for the guest to inject (testing the error handling).
+    pub inject: Option<Injection>,
+}
+
+impl Default for RunOptions {
+    /// 2 vCPUs, one round of the seed, the default timeout, the embedded guest.
+    fn default() -> Self {
+        RunOptions {
+            vcpus: 2,
+            schedule: vec![Variant::Xen6ca022a1],
+            timeout: default_timeout(2, 1),
+            image: None,
+            inject: None,
+        }
+    }
+}
+
+/// The default deadline of a run: 60 s plus 100 ms per round and vCPU.
+pub fn default_timeout(vcpus: u32, rounds: u32) -> Duration {
+    Duration::from_secs(60) + Duration::from_millis(100) * vcpus.saturating_mul(rounds)
+}
+
+/// A fault the guest injects on purpose (`--inject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Injection {
+    /// What to do.
+    pub kind: Inject,
+    /// On which vCPU.
+    pub vcpu: u32,
+    /// In which round (0-based).
+    pub round: u32,
+    /// In which rendezvous iteration (0-based; stall, triple fault, panic).
+    pub iteration: u32,
+    /// For [`Inject::Delay`]: TSC cycles before the final write.
+    pub cycles: u64,
+}
+
+impl Injection {
+    /// Writes the injection into a guest config.
+    pub fn apply(&self, c: &mut Config) {
+        c.inject_kind = self.kind as u32;
+        c.inject_vcpu = self.vcpu;
+        c.inject_round = self.round;
+        c.inject_iteration = self.iteration;
+        c.inject_cycles = self.cycles;
+    }
+
+    /// Checks the injection against the run's vCPU and round counts; the
+    /// error names the problem and the fix.
+    pub fn check(&self, vcpus: u32, rounds: u32) -> Result<(), String> {
+        if self.vcpu >= vcpus {
+            return Err(format!(
+                "--inject names vCPU {} but the run has {vcpus} vCPU(s); use vcpu=0..{}",
+                self.vcpu,
+                vcpus.saturating_sub(1)
+            ));
+        }
+        if self.round >= rounds {
+            return Err(format!(
+                "--inject names round {} but the run has {rounds} round(s); use round=0..{}",
+                self.round,
+                rounds.saturating_sub(1)
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_timeout_grows_with_the_work() {
+        assert!(default_timeout(8, 1000) > default_timeout(2, 100));
+        // 60 s + 100 ms for one round on one vCPU, worked out by hand.
+        assert_eq!(default_timeout(1, 1), Duration::from_millis(60_100));
+        assert_eq!(default_timeout(4, 50), Duration::from_secs(80));
+    }
+
+    #[test]
+    fn an_injection_outside_the_run_names_the_valid_range() {
+        let inj = Injection {
+            kind: Inject::Panic,
+            vcpu: 2,
+            round: 0,
+            iteration: 0,
+            cycles: 0,
+        };
+        let e = inj.check(2, 5).expect_err("vCPU 2 of 2");
+        assert!(e.contains("vcpu=0..1"), "{e}");
+        let inj = Injection {
+            vcpu: 0,
+            round: 3,
+            ..inj
+        };
+        let e = inj.check(2, 3).expect_err("round 3 of 3");
+        assert!(e.contains("round=0..2"), "{e}");
+        assert!(inj.check(2, 4).is_ok());
+    }
+
+    #[test]
+    fn applying_an_injection_fills_every_inject_field() {
+        let mut c = Config::default();
+        Injection {
+            kind: Inject::Delay,
+            vcpu: 1,
+            round: 7,
+            iteration: 4,
+            cycles: 99,
+        }
+        .apply(&mut c);
+        assert_eq!(
+            (
+                c.inject_kind,
+                c.inject_vcpu,
+                c.inject_round,
+                c.inject_iteration,
+                c.inject_cycles
+            ),
+            (Inject::Delay as u32, 1, 7, 4, 99)
+        );
+    }
+}

@@ -1,0 +1,392 @@
+//! A VM with one thread per vCPU: start them, resume them all and wait until
+//! every one has reported, read their state back while they are parked, and
+//! stop them, joining every thread within a bounded time or, if one cannot
+//! be stopped, leaking the VM rather than unmapping memory under it.
+//!
+//! Both the round loop ([`crate::rounds`]) and the command-mode session
+//! ([`crate::session`]) drive their VM through this and nothing else.
+
+use std::os::unix::thread::JoinHandleExt;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use kvm_ioctls::{Kvm, VcpuFd};
+use tsc_contract::{layout, Progress, RoundRecord, Variant, RECORD_SIZE};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use crate::error::{RunError, Stall};
+use crate::stop;
+use crate::tsc::{self, TscState};
+use crate::vstate::spin::{self, SpinBreaker};
+use crate::vstate::vcpu::{self, Command, Event, Kicker, VcpuThread};
+use crate::vstate::vm::{self, Vm};
+
+/// How often a wait looks for a stop request.
+const POLL: Duration = Duration::from_millis(50);
+
+/// How long stopped vCPU threads get to end before they are abandoned.
+pub const JOIN_GRACE: Duration = Duration::from_secs(5);
+
+/// Why waiting for a vCPU event ended without one.
+enum Wait {
+    Timeout,
+    Disconnected,
+    Interrupted(i32),
+}
+
+/// The running vCPU threads of one VM.
+pub struct VcpuPool {
+    commands: Vec<Sender<Command>>,
+    events: Receiver<Event>,
+    handles: Vec<JoinHandle<VcpuFd>>,
+    kickers: Vec<Kicker>,
+    breaker: Option<SpinBreaker>,
+    deadline: Instant,
+    timeout: Duration,
+    /// Rounds the guest was configured for (to decode progress slots).
+    rounds: u32,
+    with_offset: bool,
+    /// The VM without its vCPU fds (the threads own them). Dropped only after
+    /// every thread has been joined; leaked if one could not be.
+    vm: Option<Vm>,
+    /// Reused by every wait, so the per-round path allocates nothing.
+    done: Vec<bool>,
+}
+
+impl VcpuPool {
+    /// Starts one thread per vCPU of `vm`; everything must be done within
+    /// `timeout` from now. `rounds` is what the guest was configured for.
+    pub fn start(mut vm: Vm, timeout: Duration, rounds: u32) -> Result<VcpuPool, RunError> {
+        vcpu::install_kick_handler().map_err(RunError::KickHandler)?;
+        let with_offset = vm.vcpus.first().is_some_and(tsc::has_offset_attr);
+        let fds = std::mem::take(&mut vm.vcpus);
+        let n = fds.len();
+        let (event_tx, event_rx) = mpsc::channel();
+        let mut pool = VcpuPool {
+            commands: Vec::with_capacity(n),
+            events: event_rx,
+            handles: Vec::with_capacity(n),
+            kickers: Vec::with_capacity(n),
+            breaker: None,
+            deadline: Instant::now() + timeout,
+            timeout,
+            rounds,
+            with_offset,
+            vm: Some(vm),
+            done: vec![false; n],
+        };
+        for (index, fd) in fds.into_iter().enumerate() {
+            let (tx, rx) = mpsc::channel();
+            let (thread, kicker) =
+                VcpuThread::new(index as u32, fd, rx, event_tx.clone(), with_offset);
+            // On failure the pool drops here: it joins (or leaks) the threads
+            // already started and the VM with them.
+            let handle = vcpu::spawn(thread).map_err(RunError::Spawn)?;
+            pool.commands.push(tx);
+            pool.handles.push(handle);
+            pool.kickers.push(kicker);
+        }
+        // Only when vCPUs outnumber host cores; stopped in Drop before the
+        // threads are joined (it signals them by pthread_t).
+        if spin::overcommitted(n as u32) {
+            let targets = pool.handles.iter().map(|h| h.as_pthread_t()).collect();
+            pool.breaker = SpinBreaker::start(targets, spin::PERIOD).ok();
+        }
+        Ok(pool)
+    }
+
+    /// Number of vCPUs.
+    pub fn vcpus(&self) -> u32 {
+        self.handles.len() as u32
+    }
+
+    /// Guest memory.
+    pub fn mem(&self) -> &GuestMemoryMmap {
+        match &self.vm {
+            Some(vm) => &vm.mem,
+            // `vm` is taken only in Drop.
+            None => unreachable!("the pool's VM is gone before the pool"),
+        }
+    }
+
+    /// The KVM system fd (for capability checks).
+    pub fn kvm(&self) -> Option<&Kvm> {
+        self.vm.as_ref().map(|vm| &vm.kvm)
+    }
+
+    /// Whether KVM has the KVM_VCPU_TSC_OFFSET attribute.
+    pub fn has_offset_attr(&self) -> bool {
+        self.with_offset
+    }
+
+    /// Whether the guest's CPUID exposes IA32_TSC_ADJUST.
+    pub fn guest_tsc_adjust(&self) -> bool {
+        self.vm.as_ref().is_some_and(|vm| vm.guest_tsc_adjust)
+    }
+
+    /// Whether the spin breaker runs (vCPUs outnumber host cores).
+    pub fn spin_breaker(&self) -> bool {
+        self.breaker.is_some()
+    }
+
+    fn send_all(&self, cmd: Command) {
+        for c in &self.commands {
+            // A thread that has ended reports it through its last event.
+            let _ = c.send(cmd);
+        }
+    }
+
+    /// The next event, waiting until the deadline at most, and looking for a
+    /// stop request every [`POLL`].
+    fn recv(&self) -> Result<Event, Wait> {
+        loop {
+            if let Some(signal) = stop::requested() {
+                return Err(Wait::Interrupted(signal));
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Wait::Timeout);
+            }
+            match self.events.recv_timeout(left.min(POLL)) {
+                Ok(ev) => return Ok(ev),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(Wait::Disconnected),
+            }
+        }
+    }
+
+    /// Waits for one event per vCPU in `wanted` (all when `None`), handing
+    /// each to `take`, which returns the vCPU it answers for (`None`: not
+    /// the awaited kind, ignored). `round` names the round (or command) in
+    /// errors.
+    fn collect(
+        &mut self,
+        round: u32,
+        wanted: Option<u32>,
+        mut take: impl FnMut(Event) -> Result<Option<u32>, RunError>,
+    ) -> Result<(), RunError> {
+        let n = self.vcpus();
+        for (i, d) in self.done.iter_mut().enumerate() {
+            *d = wanted.is_some_and(|w| w != i as u32);
+        }
+        let mut remaining = if wanted.is_some() { 1 } else { n as usize };
+        while remaining > 0 {
+            let ev = match self.recv() {
+                Ok(ev) => ev,
+                Err(Wait::Timeout) => return Err(self.stall(round)),
+                Err(Wait::Interrupted(signal)) => return Err(RunError::interrupted(signal, round)),
+                Err(Wait::Disconnected) => {
+                    let lost = self.done.iter().position(|d| !d).unwrap_or(0);
+                    return Err(RunError::Lost(lost as u32));
+                }
+            };
+            match ev {
+                Event::Failed { vcpu, error } => return Err(RunError::Vcpu { vcpu, round, error }),
+                Event::Stopped { vcpu } => return Err(RunError::Lost(vcpu)),
+                other => {
+                    if let Some(vcpu) = take(other)? {
+                        if let Some(d) = self.done.get_mut(vcpu as usize) {
+                            if !*d {
+                                *d = true;
+                                remaining -= 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the watchdog reports: who had not arrived and where each said it
+    /// was. The vCPUs are still running: these are snapshots, which is all a
+    /// diagnosis needs; every value is untrusted and decoded with checks.
+    fn stall(&self, round: u32) -> RunError {
+        let mem = self.mem();
+        RunError::Timeout(Stall {
+            round,
+            missing: (0..self.vcpus())
+                .filter(|&i| !self.done[i as usize])
+                .map(|i| {
+                    let p = vm::read_progress(mem, i).map(|w| Progress::decode(w, self.rounds));
+                    (i, p)
+                })
+                .collect(),
+            semaphore: vm::read_semaphore(mem),
+            timeout: self.timeout,
+        })
+    }
+
+    /// Resumes every vCPU and waits until each has reported the end of
+    /// `round` (and is parked again).
+    pub fn run_round(&mut self, round: u32) -> Result<(), RunError> {
+        self.send_all(Command::Run);
+        self.collect(round, None, |ev| match ev {
+            Event::RoundDone { vcpu, round: r } if r == round => Ok(Some(vcpu)),
+            Event::RoundDone { vcpu, round: r } => Err(RunError::WrongRound {
+                vcpu,
+                expected: round,
+                found: r,
+            }),
+            Event::Finished { vcpu } => Err(RunError::FinishedEarly { vcpu, round }),
+            _ => Ok(None),
+        })
+    }
+
+    /// Resumes every vCPU after the last of `rounds` rounds and waits until
+    /// each has reported the end and halted.
+    pub fn run_to_end(&mut self, rounds: u32) -> Result<(), RunError> {
+        self.send_all(Command::Run);
+        self.collect(rounds, None, |ev| match ev {
+            Event::Finished { vcpu } => Ok(Some(vcpu)),
+            Event::RoundDone { vcpu, round } => Err(RunError::WrongRound {
+                vcpu,
+                expected: rounds,
+                found: round,
+            }),
+            _ => Ok(None),
+        })
+    }
+
+    /// Command mode: resumes every vCPU and waits until each has reported
+    /// command `seq` done.
+    pub fn run_command(&mut self, seq: u32) -> Result<(), RunError> {
+        self.send_all(Command::Run);
+        self.collect(seq, None, |ev| match ev {
+            Event::CommandDone { vcpu, seq: s } if s == seq => Ok(Some(vcpu)),
+            Event::CommandDone { vcpu, seq: s } => Err(RunError::WrongCommand {
+                vcpu,
+                expected: seq,
+                found: s,
+            }),
+            Event::RoundDone { vcpu, round } => Err(RunError::WrongCommand {
+                vcpu,
+                expected: seq,
+                found: round,
+            }),
+            Event::Finished { vcpu } => Err(RunError::FinishedEarly { vcpu, round: seq }),
+            _ => Ok(None),
+        })
+    }
+
+    /// Reads every (parked) vCPU's TSC state back into `out`, in vCPU order,
+    /// reusing its storage.
+    pub fn readback_into(&mut self, round: u32, out: &mut Vec<TscState>) -> Result<(), RunError> {
+        out.clear();
+        out.resize(self.vcpus() as usize, TscState::default());
+        self.send_all(Command::Readback);
+        self.collect(round, None, |ev| match ev {
+            Event::Readback { vcpu, state } => {
+                let s = state.map_err(|error| RunError::Readback { vcpu, error })?;
+                if let Some(slot) = out.get_mut(vcpu as usize) {
+                    *slot = s;
+                }
+                Ok(Some(vcpu))
+            }
+            _ => Ok(None),
+        })
+    }
+
+    /// Every (parked) vCPU's TSC state, in vCPU order.
+    pub fn readback(&mut self, round: u32) -> Result<Vec<TscState>, RunError> {
+        let mut out = Vec::new();
+        self.readback_into(round, &mut out)?;
+        Ok(out)
+    }
+
+    /// Reads every vCPU's record of `round` from guest memory into `out`
+    /// (reusing its storage), each validated against the contract.
+    pub fn read_records(
+        &self,
+        round: u32,
+        variant: Variant,
+        out: &mut Vec<RoundRecord>,
+    ) -> Result<(), RunError> {
+        out.clear();
+        let mem = self.mem();
+        for vcpu in 0..self.vcpus() {
+            let mut buf = [0u8; RECORD_SIZE];
+            let record = mem
+                .read_slice(&mut buf, GuestAddress(layout::record(vcpu)))
+                .ok()
+                .and_then(|()| RoundRecord::from_bytes(&buf))
+                .ok_or(RunError::UnreadableRecord { vcpu, round })?;
+            record
+                .validate(vcpu, round, variant as u32)
+                .map_err(|error| RunError::BadRecord { vcpu, round, error })?;
+            out.push(record);
+        }
+        Ok(())
+    }
+
+    /// A host MSR access on one parked vCPU: [`Command::GetMsr`] returns the
+    /// value read, [`Command::SetMsr`] the value written.
+    pub fn msr(&mut self, vcpu: u32, cmd: Command, round: u32) -> Result<u64, RunError> {
+        let Some(tx) = self.commands.get(vcpu as usize) else {
+            return Err(RunError::Lost(vcpu));
+        };
+        // A thread that has ended reports it through its last event.
+        let _ = tx.send(cmd);
+        let mut value = None;
+        self.collect(round, Some(vcpu), |ev| match ev {
+            Event::Msr {
+                vcpu: v, value: r, ..
+            } if v == vcpu => {
+                value = Some(r.map_err(|error| RunError::Readback { vcpu, error })?);
+                Ok(Some(vcpu))
+            }
+            _ => Ok(None),
+        })?;
+        value.ok_or(RunError::Lost(vcpu))
+    }
+
+    /// Stops every vCPU thread and joins them within [`JOIN_GRACE`]. Returns
+    /// false when a thread had to be abandoned.
+    fn shutdown(&mut self) -> bool {
+        if let Some(b) = self.breaker.take() {
+            b.stop();
+        }
+        self.send_all(Command::Stop);
+        self.commands.clear();
+        let until = Instant::now() + JOIN_GRACE;
+        loop {
+            // Kick (again, in case a kick landed between a check and an entry).
+            for (k, h) in self.kickers.iter().zip(&self.handles) {
+                if !h.is_finished() {
+                    k.kick(h);
+                }
+            }
+            if Instant::now() >= until || self.handles.iter().all(|h| h.is_finished()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if self.handles.iter().any(|h| !h.is_finished()) {
+            log::error!("a vCPU thread did not stop within {JOIN_GRACE:?}; abandoning it");
+            return false;
+        }
+        // Join every thread, and only then drop the vCPU fds and the kickers
+        // that point into their mappings.
+        let fds: Vec<_> = self.handles.drain(..).map(|h| h.join()).collect();
+        self.kickers.clear();
+        drop(fds);
+        true
+    }
+}
+
+impl Drop for VcpuPool {
+    fn drop(&mut self) {
+        if self.shutdown() {
+            // The VM (and its memory) goes only now, after every vCPU thread.
+            drop(self.vm.take());
+        } else {
+            // A vCPU thread is still alive and may still use the VM, its
+            // memory, its kicker's mapping: leak them rather than unmap
+            // memory under it. The process is about to report an error.
+            std::mem::forget(self.vm.take());
+            std::mem::forget(std::mem::take(&mut self.kickers));
+            std::mem::forget(std::mem::take(&mut self.handles));
+        }
+    }
+}
