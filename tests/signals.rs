@@ -1,0 +1,267 @@
+//! SIGINT and SIGTERM stop `compare` and `check` exactly as they stop `run`:
+//! the vCPUs are stopped, the report (text or JSON) covers what was measured
+//! and says it is incomplete, `--csv`/`--plot` are written for the completed
+//! rounds, and the exit code is 130 or 143 — also when the shell that started
+//! the command ignores SIGINT.
+//!
+//! Real VMs: skipped without /dev/kvm unless `CI` is set.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod common;
+use common::kvm_or_skip;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tsc-rendezvous-signals-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let p = dir.join(name);
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+struct Stopped {
+    status: ExitStatus,
+    stdout: String,
+    /// stderr without the debug lines the test waited for.
+    stderr: String,
+    /// Rounds the command said it had analysed before it was signalled.
+    analysed_before: usize,
+}
+
+/// Starts `program args`, waits until the command has analysed `rounds`
+/// rounds (its debug log says so, line by line), sends `signal` and waits for
+/// it to end. Every wait is bounded: a hang fails the test.
+fn interrupt_after(program: &str, args: &[&str], rounds: usize, signal: i32) -> Stopped {
+    let mut child = Command::new(program)
+        .args(args)
+        .env("RUST_LOG", "tsc_vmm::analysis=debug")
+        .env("RUST_BACKTRACE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let analysed = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(Mutex::new(String::new()));
+    let stderr = child.stderr.take().expect("stderr");
+    let err_reader = {
+        let (analysed, errors) = (analysed.clone(), errors.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if line.contains(" analysed") && line.contains("DEBUG") {
+                    analysed.fetch_add(1, Ordering::SeqCst);
+                } else if let Ok(mut e) = errors.lock() {
+                    e.push_str(&line);
+                    e.push('\n');
+                }
+            }
+        })
+    };
+    let mut stdout = child.stdout.take().expect("stdout");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let wait_until = Instant::now() + Duration::from_secs(120);
+    while analysed.load(Ordering::SeqCst) < rounds {
+        if Instant::now() > wait_until || child.try_wait().ok().flatten().is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{args:?}: {} of {rounds} rounds analysed before the deadline or the exit; stderr: {}",
+                analysed.load(Ordering::SeqCst),
+                errors.lock().map(|e| e.clone()).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let analysed_before = analysed.load(Ordering::SeqCst);
+    let pid = i32::try_from(child.id()).expect("pid");
+    // SAFETY: kill(2) on our own child, which has not been waited for yet.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    let signalled = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waitpid") {
+            break s;
+        }
+        if signalled.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("{args:?}: still running 60 s after the signal");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = err_reader.join();
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = errors.lock().map(|e| e.clone()).unwrap_or_default();
+    assert!(!stderr.contains("panicked at"), "{stderr}");
+    Stopped {
+        status,
+        stdout,
+        stderr,
+        analysed_before,
+    }
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tsc-rendezvous")
+}
+
+fn validate(doc: &Value, schema: &str) {
+    let schema: Value = serde_json::from_str(schema).expect("schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator.iter_errors(doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+}
+
+/// The CSV's data rows (header excluded).
+fn csv_rows(path: &PathBuf) -> usize {
+    let text = std::fs::read_to_string(path).expect("the CSV was written");
+    assert!(text.starts_with("seq,"), "a header first: {text:.80}");
+    text.lines().count() - 1
+}
+
+#[test]
+fn sigterm_stops_compare_and_every_output_keeps_the_measured_rounds() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let (csv, plot) = (scratch("sigterm.csv"), scratch("sigterm.svg"));
+    let s = interrupt_after(
+        bin(),
+        &[
+            "compare",
+            "--rounds",
+            "1000000",
+            "--warmup",
+            "5",
+            "--seed",
+            "3",
+            "--json",
+            "--csv",
+            csv.to_str().expect("utf-8"),
+            "--plot",
+            plot.to_str().expect("utf-8"),
+        ],
+        30,
+        libc::SIGTERM,
+    );
+    assert_eq!(s.status.code(), Some(143), "{}", s.stderr);
+    assert!(s.stderr.contains("interrupted by SIGTERM"), "{}", s.stderr);
+    let doc: Value = serde_json::from_str(&s.stdout).expect("a JSON report");
+    validate(&doc, include_str!("../vmm/schema/compare-v1.json"));
+    let incomplete = doc["incomplete"].as_str().expect("marked incomplete");
+    assert!(incomplete.contains("SIGTERM"), "{incomplete}");
+    let measured: u64 = doc["per_variant"]
+        .as_array()
+        .expect("per_variant")
+        .iter()
+        .filter_map(|v| v["rounds"].as_u64())
+        .sum();
+    // 30 analysed rounds were seen before the signal, 5 of them warm-up.
+    assert!(
+        measured as usize >= s.analysed_before - 5,
+        "{measured} measured"
+    );
+    assert!(incomplete.contains(&format!("stopped after {measured} measured round")));
+    // Two vCPUs: one CSV row per measured round and vCPU.
+    assert_eq!(csv_rows(&csv) as u64, measured * 2);
+    let svg = std::fs::read_to_string(&plot).expect("the plot was drawn");
+    assert!(svg.contains("<svg"), "{svg:.80}");
+}
+
+#[test]
+fn ctrl_c_stops_compare_even_when_the_shell_ignores_it() {
+    if !kvm_or_skip() {
+        return;
+    }
+    // `trap '' INT` makes the shell start the command with SIGINT ignored,
+    // as a non-interactive shell does for background jobs.
+    let script = format!("trap '' INT; exec '{}' \"$@\"", bin());
+    let s = interrupt_after(
+        "/bin/sh",
+        &[
+            "-c", &script, "sh", "compare", "--rounds", "1000000", "--warmup", "2", "--seed", "4",
+        ],
+        10,
+        libc::SIGINT,
+    );
+    assert_eq!(s.status.code(), Some(130), "{}", s.stderr);
+    assert!(s.stderr.contains("interrupted by SIGINT"), "{}", s.stderr);
+    assert!(
+        s.stdout.contains("INCOMPLETE: stopped after"),
+        "{}",
+        s.stdout
+    );
+    assert!(
+        s.stdout.contains("Verdict (CPU 0 loop-exit time"),
+        "{}",
+        s.stdout
+    );
+}
+
+#[test]
+fn sigterm_stops_check_and_the_json_judges_what_was_measured() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let s = interrupt_after(
+        bin(),
+        &["check", "--rounds", "1000000", "--json"],
+        5,
+        libc::SIGTERM,
+    );
+    assert_eq!(s.status.code(), Some(143), "{}", s.stderr);
+    assert!(s.stderr.contains("interrupted by SIGTERM"), "{}", s.stderr);
+    let doc: Value = serde_json::from_str(&s.stdout).expect("a JSON report");
+    validate(&doc, include_str!("../vmm/schema/check-v1.json"));
+    assert!(doc["incomplete"]
+        .as_str()
+        .is_some_and(|i| i.contains("SIGTERM")));
+    assert_eq!(doc["ok"], false, "an interrupted run is never ok");
+    let checks = doc["checks"].as_array().expect("checks");
+    assert_eq!(checks.len(), 6, "every check is reported");
+    let by_id = |id: &str| {
+        checks
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing"))
+    };
+    // Judged on the rounds completed: at least those analysed before the signal.
+    let c3 = by_id("adjust-equals-offset");
+    if c3["verdict"] != "SKIP" {
+        let comparisons = c3["values"]["comparisons"].as_u64().unwrap_or(0);
+        assert!(comparisons as usize >= 2 * s.analysed_before, "{c3}");
+    }
+    // The warp test and the selftest table never ran.
+    for id in ["warp", "tsc-msrs"] {
+        let c = by_id(id);
+        assert_eq!(c["verdict"], "SKIP", "{c}");
+        assert!(
+            c["reason"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("not measured"),
+            "{c}"
+        );
+    }
+}
+
+#[test]
+fn ctrl_c_stops_check_and_the_table_is_printed() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let s = interrupt_after(bin(), &["check", "--rounds", "1000000"], 3, libc::SIGINT);
+    assert_eq!(s.status.code(), Some(130), "{}", s.stderr);
+    assert!(s.stderr.contains("interrupted by SIGINT"), "{}", s.stderr);
+    assert!(s.stdout.contains("1. same-start"), "{}", s.stdout);
+    assert!(s.stdout.contains("INCOMPLETE"), "{}", s.stdout);
+}
