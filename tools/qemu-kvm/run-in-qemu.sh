@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
-# run-in-qemu.sh — run a statically linked program against a *real* (SVM) /dev/kvm.
+# run-in-qemu.sh — run statically linked programs against a *real* (SVM) /dev/kvm.
 #
 # Why this exists: the workplace machines only offer PVM's /dev/kvm, which accepts
 # guest/host TSC writes and then ignores them. QEMU's TCG (pure software emulation)
 # implements AMD SVM well enough that a stock Debian kernel booted under it loads
 # kvm_amd, and *that* /dev/kvm has the real TSC-offset semantics. So we boot a Debian
-# kernel under TCG with a tiny busybox initramfs, insmod the KVM modules, run the
-# program under test as the only userspace process and report its exit code.
+# kernel (or one the user built) under TCG with a tiny busybox initramfs, insmod the
+# KVM modules, run the program under test (or a shell script that runs several) as the
+# only userspace process and report its exit code.
 # See shared/notes/real-kvm-in-qemu.md for the background and measured pitfalls.
 #
-# Everything downloaded (kernel package, extracted kernel + modules) lives in a cache
-# directory outside the repository; the per-run initramfs, serial log and extracted
-# program output live in the work directory.
+# Everything downloaded (private apt lists per Debian suite, kernel packages, extracted
+# kernels + modules) lives in a cache directory outside the repository; the per-run
+# initramfs, serial log and extracted program output live in the work directory.
 
 set -euo pipefail
 
 readonly PROG_NAME=run-in-qemu.sh
 
 # Exit codes of this script other than the program's own.
-readonly EX_USAGE=2      # bad command line
+readonly EX_USAGE=2      # bad command line (also: --kernel/--modules/--file/--script paths)
 readonly EX_BADBIN=3     # program missing or not a static x86-64 ELF
 readonly EX_HOST=4       # host-side setup failed (packages, kernel download, initramfs)
 readonly EX_GUEST=97     # inside the guest: a module did not load or /dev/kvm is missing
@@ -31,40 +32,93 @@ readonly M_BEGIN='@@TSC-QEMU-BEGIN@@'
 readonly M_EXIT_RE='@@TSC-QEMU-EXIT [0-9]+@@'
 readonly M_FAIL_RE='@@TSC-QEMU-SETUP-FAIL [^@]*@@'
 
+# Debian suites whose linux-image-amd64 can be booted (--suite), and where they live.
+readonly SUITES=(bullseye bookworm trixie)
+readonly DEFAULT_SUITE=bookworm
+readonly DEBIAN_MIRROR=http://deb.debian.org/debian
+readonly DEBIAN_SECURITY=http://deb.debian.org/debian-security
+readonly DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+
+# The module whose dependency closure is loaded in the guest (names use '_'; files
+# may use '-' or '_').
+readonly ROOT_MODULE=kvm_amd
+
+# Guest paths: the script (--script), the directory whose files come back to the host.
+readonly G_SCRIPT=/script.sh
+readonly G_OUT=/out
+
 usage() {
     cat <<EOF
-Usage: $PROG_NAME [options] -- /path/to/static-binary [args...]
+Usage: $PROG_NAME [options] [--] /path/to/static-binary [args...]
+       $PROG_NAME [options] --script FILE [--file SRC[:DEST]]... [-- script-args...]
 
-Boot a Debian kernel under QEMU TCG (-cpu max, so the guest sees AMD SVM), load
-kvm_amd, and run the given statically linked x86-64 program inside as /prog with
-a real /dev/kvm. Its stdout/stderr go to the serial console, which is copied to
-stdout and to WORKDIR/serial.log; the program's output alone is written to
-WORKDIR/prog-output.txt. The script exits with the program's exit code.
+Boot a Linux kernel under QEMU TCG (-cpu max, so the guest sees AMD SVM), load
+kvm_amd, and run inside, with a real /dev/kvm, either
+  - the given statically linked x86-64 program, as /prog with the given args, or
+  - with --script, a POSIX sh script run by busybox sh (as $G_SCRIPT, with the
+    args after -- as "\$@"); it can run the programs copied in with --file, so
+    that one boot serves several programs.
+Output goes to the serial console, which is copied to stdout and to
+WORKDIR/serial.log; the program's (script's) output alone is written to
+WORKDIR/prog-output.txt. The script exits with the program's (script's) exit code.
 
-Options:
+Kernel (default: Debian $DEFAULT_SUITE's linux-image-amd64):
+  --suite SUITE    boot the kernel of Debian SUITE's linux-image-amd64 (one of:
+                   ${SUITES[*]}; default $DEFAULT_SUITE, Linux 5.10 / 6.1 / 6.12).
+                   The package is found through private apt lists (SUITE,
+                   SUITE-updates, SUITE-security from deb.debian.org) kept in the
+                   cache; the machine's apt sources are neither used nor changed.
+  --refresh-kernel update those lists and use the kernel linux-image-amd64 points
+                   at now, downloading it if it is not cached (default: reuse the
+                   newest cached kernel of the suite without asking apt, which needs
+                   no network and keeps runs on one kernel)
+  --kernel BZIMAGE boot this kernel instead (e.g. arch/x86/boot/bzImage of a build
+                   tree); not with --suite or --refresh-kernel
+  --modules DIR    with --kernel: where its modules are: a tree made by
+                   'make modules_install INSTALL_MOD_PATH=DIR' (DIR/lib/modules/REL/),
+                   a lib/modules/REL directory, or any directory holding the .ko
+                   files (.ko, .ko.xz, .ko.zst, .ko.gz). Without --modules, KVM must
+                   be built into the kernel.
+  The modules loaded are $ROOT_MODULE and, dependencies first, everything it needs
+  by the depends= fields of the modules' .modinfo sections; a dependency not found
+  as a module file is taken to be built in.
+
+Guest programs:
+  --script FILE    run FILE with busybox sh instead of a program; its exit code
+                   is the result. Files it writes under \$TSC_QEMU_OUT ($G_OUT) are
+                   copied back to WORKDIR/out/ after it ends (base64 over the
+                   serial console; meant for JSON reports, not for megabytes).
+  --file SRC[:DEST] copy the file or directory SRC into the initramfs (repeatable)
+                   at DEST (absolute; ending in / means "into this directory";
+                   default /bin/NAME, so a script can call a copied static
+                   binary by name). SRC must not contain ':'.
+  --env NAME=VAL   export NAME=VAL to the program or script (repeatable)
+
+Machine and run:
   --timeout SECS   wall-clock limit for the QEMU run, boot included (default 600;
                    package installs and the one-off kernel download come on top)
   --smp N          number of emulated CPUs (default 2)
   --mem MB         guest memory in MiB (default 1024)
   --cpu MODEL      QEMU -cpu model (default max; it must offer svm for kvm_amd)
-  --workdir DIR    where to put initrd.gz, serial.log, prog-output.txt
-                   (default: a new mktemp directory under \${TMPDIR:-/tmp})
-  --env NAME=VAL   export NAME=VAL to the program (repeatable)
+  --workdir DIR    where to put initrd.gz, serial.log, prog-output.txt, out/,
+                   run-info.txt (default: a new mktemp directory under \${TMPDIR:-/tmp})
   --dmesg          print the guest kernel log after the program has exited
-  --refresh-kernel ask apt for the kernel linux-image-amd64 currently points at and
-                   download it if it is not cached (default: reuse the newest
-                   cached kernel without asking apt, which saves ~1.5 s and keeps
-                   runs on one kernel)
   -h, --help       show this text
 
-Exit codes: the program's own exit code (a program killed by signal N inside
-the guest gives 128+N); $EX_USAGE usage error; $EX_BADBIN binary missing or not
-statically linked; $EX_HOST host setup failed; $EX_GUEST a KVM module failed to load
-or /dev/kvm is missing in the guest; $EX_TIMEOUT timeout; $EX_NOMARK QEMU ended
-without an exit marker (guest kernel panic or QEMU error).
+Exit codes: the program's (script's) own exit code (a program killed by signal N
+inside the guest gives 128+N); $EX_USAGE usage error, including a missing or unusable
+--kernel, --modules, --file or --script path; $EX_BADBIN program missing or not
+statically linked; $EX_HOST host setup failed; $EX_GUEST a KVM module failed to load or
+/dev/kvm is missing in the guest; $EX_TIMEOUT timeout; $EX_NOMARK QEMU ended without an
+exit marker (guest kernel panic or QEMU error).
+
+WORKDIR/run-info.txt has key=value lines: kernel_release, exit_code,
+qemu_seconds (QEMU start to exit) and guest_uptime_start / guest_uptime_end (the
+guest kernel's uptime when the program started and just before power-off).
 
 Needs root (installs qemu-system-x86, busybox-static, cpio with apt-get when
-missing). The kernel is cached in \${XDG_CACHE_HOME:-\$HOME/.cache}/tsc-rendezvous/qemu-kvm.
+missing). Kernels are cached per suite and package version in
+\${XDG_CACHE_HOME:-\$HOME/.cache}/tsc-rendezvous/qemu-kvm.
 Emulation is slow (~1 ms per guest exit): check KVM semantics with it, not timings.
 EOF
 }
@@ -85,21 +139,37 @@ CPU=max
 WORKDIR=
 DMESG=0
 REFRESH=0
+SUITE=
+USER_KERNEL=
+USER_MODULES=
+SCRIPT=
 ENVS=()
+FILES=()
+need_value() { [[ $1 -ge 2 ]] || die $EX_USAGE "$2 needs a value"; }
 while (($#)); do
     case $1 in
-        --timeout) [[ $# -ge 2 ]] || die $EX_USAGE "--timeout needs a value"; TIMEOUT=$2; shift 2 ;;
+        --timeout) need_value $# "$1"; TIMEOUT=$2; shift 2 ;;
         --timeout=*) TIMEOUT=${1#*=}; shift ;;
-        --smp) [[ $# -ge 2 ]] || die $EX_USAGE "--smp needs a value"; SMP=$2; shift 2 ;;
+        --smp) need_value $# "$1"; SMP=$2; shift 2 ;;
         --smp=*) SMP=${1#*=}; shift ;;
-        --mem) [[ $# -ge 2 ]] || die $EX_USAGE "--mem needs a value"; MEM=$2; shift 2 ;;
+        --mem) need_value $# "$1"; MEM=$2; shift 2 ;;
         --mem=*) MEM=${1#*=}; shift ;;
-        --cpu) [[ $# -ge 2 ]] || die $EX_USAGE "--cpu needs a value"; CPU=$2; shift 2 ;;
+        --cpu) need_value $# "$1"; CPU=$2; shift 2 ;;
         --cpu=*) CPU=${1#*=}; shift ;;
-        --workdir) [[ $# -ge 2 ]] || die $EX_USAGE "--workdir needs a value"; WORKDIR=$2; shift 2 ;;
+        --workdir) need_value $# "$1"; WORKDIR=$2; shift 2 ;;
         --workdir=*) WORKDIR=${1#*=}; shift ;;
-        --env) [[ $# -ge 2 ]] || die $EX_USAGE "--env needs NAME=VALUE"; ENVS+=("$2"); shift 2 ;;
+        --env) need_value $# "$1"; ENVS+=("$2"); shift 2 ;;
         --env=*) ENVS+=("${1#*=}"); shift ;;
+        --suite) need_value $# "$1"; SUITE=$2; shift 2 ;;
+        --suite=*) SUITE=${1#*=}; shift ;;
+        --kernel) need_value $# "$1"; USER_KERNEL=$2; shift 2 ;;
+        --kernel=*) USER_KERNEL=${1#*=}; shift ;;
+        --modules) need_value $# "$1"; USER_MODULES=$2; shift 2 ;;
+        --modules=*) USER_MODULES=${1#*=}; shift ;;
+        --file) need_value $# "$1"; FILES+=("$2"); shift 2 ;;
+        --file=*) FILES+=("${1#*=}"); shift ;;
+        --script) need_value $# "$1"; SCRIPT=$2; shift 2 ;;
+        --script=*) SCRIPT=${1#*=}; shift ;;
         --dmesg) DMESG=1; shift ;;
         --refresh-kernel) REFRESH=1; shift ;;
         -h | --help) usage; exit 0 ;;
@@ -108,10 +178,13 @@ while (($#)); do
         *) break ;; # first non-option is the program
     esac
 done
-(($# >= 1)) || { usage >&2; exit $EX_USAGE; }
-BIN=$1
-shift
-PROG_ARGS=("$@")
+BIN=
+if [[ -z $SCRIPT ]]; then
+    (($# >= 1)) || { usage >&2; exit $EX_USAGE; }
+    BIN=$1
+    shift
+fi
+PROG_ARGS=("$@") # the program's arguments, or with --script the script's
 
 [[ $TIMEOUT =~ ^[0-9]+$ && $TIMEOUT -gt 0 ]] || die $EX_USAGE "--timeout must be a positive integer (seconds)"
 [[ $SMP =~ ^[0-9]+$ && $SMP -ge 1 ]] || die $EX_USAGE "--smp must be a positive integer"
@@ -119,6 +192,118 @@ PROG_ARGS=("$@")
 for e in "${ENVS[@]+"${ENVS[@]}"}"; do
     [[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die $EX_USAGE "--env wants NAME=VALUE, got '$e'"
 done
+
+# Kernel choice.
+if [[ -n $USER_KERNEL ]]; then
+    [[ -z $SUITE ]] || die $EX_USAGE "--suite and --kernel exclude each other (--suite picks a Debian kernel)"
+    ((!REFRESH)) || die $EX_USAGE "--refresh-kernel is for Debian kernels; it does nothing with --kernel"
+else
+    [[ -z $USER_MODULES ]] || die $EX_USAGE "--modules needs --kernel (Debian kernels bring their own modules)"
+    SUITE=${SUITE:-$DEFAULT_SUITE}
+    [[ " ${SUITES[*]} " == *" $SUITE "* ]] || die $EX_USAGE "--suite must be one of: ${SUITES[*]} (got '$SUITE')"
+fi
+
+# Succeeds if $1 has the x86 boot protocol's "HdrS" signature at 0x202, i.e. is a
+# bzImage that QEMU's -kernel can boot.
+is_bzimage() {
+    [[ $(od -An -tx1 -j514 -N4 -- "$1" 2>/dev/null | tr -d ' \n') == 48647253 ]]
+}
+# The release ("6.1.0-28-amd64") a bzImage announces: the setup header's kernel_version
+# field (0x20e) points, relative to 0x200, at "RELEASE (builder) #1 SMP ...". Prints
+# nothing when the header has no such string.
+bzimage_release() {
+    local f=$1 ptr s
+    ptr=$(od -An -tu2 -j526 -N2 -- "$f" 2>/dev/null | tr -d ' \n')
+    [[ $ptr =~ ^[0-9]+$ ]] && ((ptr > 0)) || return 0
+    s=$(dd if="$f" bs=256 count=1 skip=$((ptr + 0x200)) iflag=skip_bytes status=none 2>/dev/null | tr '\0' '\n') || return 0
+    s=${s%%$'\n'*}
+    s=${s%% *}
+    [[ ! $s =~ ^[0-9]+\.[0-9]+ ]] || echo "$s"
+}
+
+MODULE_GLOB=(-name '*.ko' -o -name '*.ko.xz' -o -name '*.ko.zst' -o -name '*.ko.gz')
+# Files under $1 that are modules named $2 (in either spelling, '-' or '_').
+find_module_file() {
+    local dir=$1 name=${2//-/_} n
+    n=${name//_/[-_]}
+    find "$dir" -type f \( -name "$n.ko" -o -name "$n.ko.xz" -o -name "$n.ko.zst" -o -name "$n.ko.gz" \) \
+        -print -quit 2>/dev/null
+}
+
+USER_KREL=
+if [[ -n $USER_KERNEL ]]; then
+    [[ -e $USER_KERNEL ]] || die $EX_USAGE "--kernel '$USER_KERNEL' does not exist"
+    [[ -f $USER_KERNEL ]] || die $EX_USAGE "--kernel '$USER_KERNEL' is not a file (want e.g. arch/x86/boot/bzImage)"
+    [[ -r $USER_KERNEL ]] || die $EX_USAGE "--kernel '$USER_KERNEL' is not readable"
+    is_bzimage "$USER_KERNEL" ||
+        die $EX_USAGE "--kernel '$USER_KERNEL' is not a bzImage (no 'HdrS' boot header; vmlinux ELF files do not boot with -kernel; use arch/x86/boot/bzImage)"
+    USER_KERNEL=$(realpath -- "$USER_KERNEL")
+    USER_KREL=$(bzimage_release "$USER_KERNEL")
+    if [[ -n $USER_MODULES ]]; then
+        [[ -e $USER_MODULES ]] || die $EX_USAGE "--modules '$USER_MODULES' does not exist"
+        [[ -d $USER_MODULES ]] || die $EX_USAGE "--modules '$USER_MODULES' is not a directory"
+        USER_MODULES=$(realpath -- "$USER_MODULES")
+        # An INSTALL_MOD_PATH tree: pick lib/modules/<release of the kernel>.
+        if [[ -d $USER_MODULES/lib/modules ]]; then
+            rels=()
+            for d in "$USER_MODULES"/lib/modules/*/; do
+                [[ -d $d ]] && rels+=("$(basename -- "$d")")
+            done
+            if [[ -n $USER_KREL && -d $USER_MODULES/lib/modules/$USER_KREL ]]; then
+                USER_MODULES=$USER_MODULES/lib/modules/$USER_KREL
+            elif ((${#rels[@]} == 1)); then
+                USER_MODULES=$USER_MODULES/lib/modules/${rels[0]}
+            elif ((${#rels[@]} == 0)); then
+                die $EX_USAGE "--modules: '$USER_MODULES/lib/modules' has no release directories"
+            else
+                die $EX_USAGE "--modules: '$USER_MODULES/lib/modules' has several releases (${rels[*]}) and none is the kernel's (${USER_KREL:-release unknown}); pass the right lib/modules/REL directory"
+            fi
+        fi
+        [[ -n $(find "$USER_MODULES" -type f \( "${MODULE_GLOB[@]}" \) -print -quit 2>/dev/null) ]] ||
+            die $EX_USAGE "--modules: no kernel modules (.ko, .ko.xz, .ko.zst, .ko.gz) under '$USER_MODULES'"
+        [[ -n $(find_module_file "$USER_MODULES" "$ROOT_MODULE") ]] ||
+            die $EX_USAGE "--modules: no ${ROOT_MODULE//_/-}.ko under '$USER_MODULES' (if kvm_amd is built into the kernel, leave out --modules)"
+    fi
+fi
+
+# --file SRC[:DEST] -> FILE_SRC[i], FILE_DEST[i] (absolute guest paths).
+FILE_SRC=()
+FILE_DEST=()
+for spec in "${FILES[@]+"${FILES[@]}"}"; do
+    src=$spec
+    dest=
+    if [[ $spec == *:* ]]; then
+        src=${spec%:*}
+        dest=${spec##*:}
+        [[ -n $dest ]] || die $EX_USAGE "--file '$spec': empty DEST after ':'"
+    fi
+    [[ -n $src ]] || die $EX_USAGE "--file '$spec': empty SRC"
+    [[ -e $src ]] || die $EX_USAGE "--file: '$src' does not exist"
+    [[ -r $src ]] || die $EX_USAGE "--file: '$src' is not readable"
+    [[ -f $src || -d $src ]] || die $EX_USAGE "--file: '$src' is neither a file nor a directory"
+    base=$(basename -- "$(realpath -- "$src")")
+    if [[ -z $dest ]]; then
+        dest=/bin/$base
+    elif [[ $dest == */ ]]; then
+        dest=$dest$base
+    fi
+    [[ $dest == /* ]] || die $EX_USAGE "--file '$spec': DEST must be an absolute guest path"
+    [[ /$dest/ != */../* && /$dest/ != */./* ]] || die $EX_USAGE "--file '$spec': DEST must not contain . or .. components"
+    dest=$(printf '%s' "$dest" | tr -s /)
+    dest=${dest%/}
+    case $dest in
+        / | /init | /prog | "$G_SCRIPT" | /bin | /bin/sh | /bin/busybox | /lib | /lib/modules | /lib/modules/* | \
+            /proc | /proc/* | /sys | /sys/* | /dev | /dev/* | "$G_OUT" | "$G_OUT"/*)
+            die $EX_USAGE "--file '$spec': DEST $dest is used by the initramfs itself" ;;
+    esac
+    FILE_SRC+=("$src")
+    FILE_DEST+=("$dest")
+done
+
+if [[ -n $SCRIPT ]]; then
+    [[ -e $SCRIPT ]] || die $EX_USAGE "--script '$SCRIPT' does not exist"
+    [[ -f $SCRIPT && -r $SCRIPT ]] || die $EX_USAGE "--script '$SCRIPT' is not a readable file"
+fi
 
 # ---------------------------------------------------------------- ELF checks
 # Read an unsigned little-endian integer of $3 bytes at offset $2 of file $1.
@@ -152,13 +337,22 @@ elf_static_x86_64() {
     done
 }
 
-[[ -f $BIN ]] || die $EX_BADBIN "program '$BIN' not found"
-[[ -r $BIN ]] || die $EX_BADBIN "program '$BIN' is not readable"
-if ! why=$(elf_static_x86_64 "$BIN"); then
-    die $EX_BADBIN "'$BIN' cannot run in the initramfs: $why. The guest has no libc or loader;" \
-        "build statically, e.g. RUSTFLAGS='-C target-feature=+crt-static'" \
-        "cargo build --release --target x86_64-unknown-linux-gnu"
+if [[ -n $BIN ]]; then
+    [[ -f $BIN ]] || die $EX_BADBIN "program '$BIN' not found"
+    [[ -r $BIN ]] || die $EX_BADBIN "program '$BIN' is not readable"
+    if ! why=$(elf_static_x86_64 "$BIN"); then
+        die $EX_BADBIN "'$BIN' cannot run in the initramfs: $why. The guest has no libc or loader;" \
+            "build statically, e.g. RUSTFLAGS='-C target-feature=+crt-static'" \
+            "cargo build --release --target x86_64-unknown-linux-gnu"
+    fi
 fi
+# Extra files are not required to be programs; warn about ELF files that cannot run.
+for src in "${FILE_SRC[@]+"${FILE_SRC[@]}"}"; do
+    [[ -f $src && $(od -An -tx1 -N4 -- "$src" | tr -d ' \n') == 7f454c46 ]] || continue
+    if ! why=$(elf_static_x86_64 "$src"); then
+        log "warning: --file '$src' is an ELF file that cannot run in the guest: $why"
+    fi
+done
 
 # ---------------------------------------------------------------- host packages
 [[ $(id -u) -eq 0 ]] || die $EX_HOST "must run as root (installs Debian packages; see --help)"
@@ -181,6 +375,7 @@ find_static_busybox() {
     echo "$bb"
 }
 
+# Installs host tools from the machine's own apt sources.
 apt_install() {
     apt_update_once || die $EX_HOST "cannot install $* without package lists"
     log "installing $*"
@@ -206,28 +401,146 @@ if ((need_install)); then
     apt_install qemu-system-x86 busybox-static cpio
 fi
 BUSYBOX=$(find_static_busybox) || die $EX_HOST "no statically linked busybox found even after installing busybox-static"
+# objcopy reads the modules' .modinfo (dependencies); binutils is usually there.
+command -v objcopy >/dev/null || apt_install binutils
 
-# ---------------------------------------------------------------- kernel cache
+if [[ -n $SCRIPT ]] && ! why=$("$BUSYBOX" sh -n "$SCRIPT" 2>&1); then
+    die $EX_USAGE "--script '$SCRIPT' is not valid busybox sh: $why"
+fi
+
+# ---------------------------------------------------------------- modules
+# Decompress (or copy) module $1 to the plain ELF file $2: busybox insmod only takes
+# uncompressed .ko files, and objcopy needs them too.
+unpack_module() {
+    local src=$1 dst=$2
+    case $src in
+        *.ko) cp -- "$src" "$dst" ;;
+        *.ko.xz) { command -v xz >/dev/null || apt_install xz-utils; } && xz -dc -- "$src" >"$dst" ;;
+        *.ko.zst) { command -v zstd >/dev/null || apt_install zstd; } && zstd -qdc -- "$src" >"$dst" ;;
+        *.ko.gz) gzip -dc -- "$src" >"$dst" ;;
+        *) false ;;
+    esac || { log "could not unpack $src"; return 1; }
+}
+
+# The NUL-separated key=value strings of module $1's .modinfo section, one per line.
+modinfo_lines() {
+    local ko=$1 sec rc=0
+    sec=$(mktemp) || return 1
+    objcopy -O binary --only-section=.modinfo -- "$ko" "$sec" 2>/dev/null && tr '\0' '\n' <"$sec" || rc=1
+    rm -f -- "$sec"
+    return "$rc"
+}
+
+declare -A MOD_FILE=() MOD_STATE=()
+# add_module NAME OUTDIR RELEASE CHAIN: unpacks module NAME and, first, everything its
+# depends= field names (recursively) into OUTDIR, appending each to OUTDIR/modules.load
+# after its dependencies. CHAIN is the path of modules that led here (for messages).
+add_module() {
+    local name=$1 out=$2 rel=$3 chain=$4 f base ko info deps vermagic d
+    local -a dlist=()
+    case ${MOD_STATE[$name]:-} in
+        loaded) return 0 ;;
+        active) log "module dependency cycle: $chain -> $name"; return 1 ;;
+    esac
+    f=${MOD_FILE[$name]:-}
+    if [[ -z $f ]]; then
+        log "note: module $name (needed by ${chain##* -> }) is not a module file here; assuming it is built in"
+        MOD_STATE[$name]=loaded
+        return 0
+    fi
+    MOD_STATE[$name]=active
+    base=${f##*/}
+    base=${base%%.ko*}
+    ko=$out/$base.ko
+    unpack_module "$f" "$ko" || return 1
+    info=$(modinfo_lines "$ko") || { log "cannot read the .modinfo section of $f (objcopy failed)"; return 1; }
+    vermagic=$(sed -n 's/^vermagic=\([^ ]*\).*/\1/p' <<<"$info" | head -n 1)
+    if [[ -n $rel && -n $vermagic && $vermagic != "$rel" ]]; then
+        log "module $f was built for kernel $vermagic, but the kernel is $rel (insmod would refuse it)"
+        return 1
+    fi
+    deps=$(awk '/^depends=/ { sub(/^depends=/, ""); print; exit }' <<<"$info")
+    [[ -z $deps ]] || IFS=, read -ra dlist <<<"$deps"
+    for d in "${dlist[@]+"${dlist[@]}"}"; do
+        [[ -n $d ]] || continue
+        add_module "${d//-/_}" "$out" "$rel" "${chain:+$chain -> }$name" || return 1
+    done
+    echo "$base" >>"$out/modules.load" || return 1
+    MOD_STATE[$name]=loaded
+}
+
+# prepare_modules SRCDIR OUTDIR RELEASE: puts $ROOT_MODULE and its dependency closure,
+# uncompressed, into OUTDIR with their load order (dependencies first) in
+# OUTDIR/modules.load. RELEASE (may be empty) is checked against each module's vermagic.
+prepare_modules() {
+    local src=$1 out=$2 rel=$3 f base name
+    MOD_FILE=()
+    MOD_STATE=()
+    while IFS= read -r -d '' f; do
+        base=${f##*/}
+        name=${base%%.ko*}
+        name=${name//-/_}
+        if [[ -n ${MOD_FILE[$name]:-} ]]; then
+            log "note: module $name found twice; using ${MOD_FILE[$name]}, not $f"
+            continue
+        fi
+        MOD_FILE[$name]=$f
+    done < <(find "$src" -type f \( "${MODULE_GLOB[@]}" \) -print0 2>/dev/null | LC_ALL=C sort -z)
+    ((${#MOD_FILE[@]})) || { log "no kernel modules under $src"; return 1; }
+    [[ -n ${MOD_FILE[$ROOT_MODULE]:-} ]] || { log "no ${ROOT_MODULE//_/-}.ko under $src"; return 1; }
+    mkdir -p -- "$out" && : >"$out/modules.load" || return 1
+    add_module "$ROOT_MODULE" "$out" "$rel" "" || return 1
+    log "modules to load, dependencies first: $(tr '\n' ' ' <"$out/modules.load")"
+}
+
+# ---------------------------------------------------------------- Debian kernel cache
 CACHE=${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/tsc-rendezvous/qemu-kvm
-mkdir -p "$CACHE"
-
-# Modules to load, in dependency order (there is no modules.dep in the .deb, and busybox
-# insmod does not resolve dependencies). kvm and kvm-amd are required; irqbypass and
-# ccp are loaded when the package has them (they could be built in or configured out).
-readonly MODULES=(irqbypass kvm ccp kvm-amd)
-readonly REQUIRED_MODULES=(kvm kvm-amd)
+# $CACHE/apt/<suite>/: private apt sources list, lists and cache for that suite.
+# $CACHE/kernels/<suite>/<package>_<version>/: vmlinuz, kernel-release, modules.load
+# and the modules named there (uncompressed).
+APT_DIR=
+APT_OPTS=()
+setup_private_apt() {
+    APT_DIR=$CACHE/apt/$SUITE
+    mkdir -p -- "$APT_DIR/lists/partial" "$APT_DIR/cache/archives/partial" || return 1
+    [[ -f $DEBIAN_KEYRING ]] || apt_install debian-archive-keyring
+    {
+        printf 'deb [signed-by=%s] %s %s main\n' "$DEBIAN_KEYRING" "$DEBIAN_MIRROR" "$SUITE"
+        printf 'deb [signed-by=%s] %s %s-updates main\n' "$DEBIAN_KEYRING" "$DEBIAN_MIRROR" "$SUITE"
+        printf 'deb [signed-by=%s] %s %s-security main\n' "$DEBIAN_KEYRING" "$DEBIAN_SECURITY" "$SUITE"
+    } >"$APT_DIR/sources.list" || return 1
+    # An empty dpkg status: a kernel package installed on this machine must not become
+    # the candidate for another suite.
+    [[ -f $APT_DIR/status ]] || : >"$APT_DIR/status" || return 1
+    # APT::Sandbox::User=root: apt would drop to the _apt user for downloads, which
+    # cannot write into a cache under root's 0700 home (it warns and falls back anyway).
+    APT_OPTS=(-o "Dir::Etc::SourceList=$APT_DIR/sources.list" -o Dir::Etc::SourceParts=/dev/null
+        -o "Dir::State::Lists=$APT_DIR/lists" -o "Dir::Cache=$APT_DIR/cache"
+        -o "Dir::State::status=$APT_DIR/status"
+        -o Dir::Etc::Preferences=/dev/null -o Dir::Etc::PreferencesParts=/dev/null
+        -o APT::Architectures=amd64 -o Acquire::Languages=none -o APT::Sandbox::User=root)
+}
+PRIV_UPDATED=0
+private_update() {
+    PRIV_UPDATED=1
+    log "updating the private package lists for Debian $SUITE ($APT_DIR)"
+    DEBIAN_FRONTEND=noninteractive apt-get "${APT_OPTS[@]}" update -qq >&2 ||
+        { log "warning: apt-get update for $SUITE failed"; return 1; }
+}
+have_private_lists() {
+    [[ -n $(find "$APT_DIR/lists" -maxdepth 1 -name '*_Packages*' -print -quit 2>/dev/null) ]]
+}
 
 # The versioned package the metapackage points at, e.g. linux-image-6.1.0-57-amd64.
 kernel_pkg() {
-    apt-cache depends linux-image-amd64 2>/dev/null |
-        awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }'
+    apt-cache "${APT_OPTS[@]}" depends linux-image-amd64 2>/dev/null |
+        awk '!found && $1 ~ /^\|?Depends:$/ && $2 ~ /^linux-image-[0-9]/ { print $2; found = 1 }'
 }
 pkg_version() {
-    apt-cache show --no-all-versions "$1" 2>/dev/null | awk '$1 == "Version:" { print $2; exit }'
+    apt-cache "${APT_OPTS[@]}" show --no-all-versions "$1" 2>/dev/null | awk '!found && $1 == "Version:" { print $2; found = 1 }'
 }
 
-# Download + extract the kernel package into $CACHE/<pkg>_<version>/ holding vmlinuz,
-# <module>.ko (uncompressed), modules.load (load order) and kernel-release.
+# Download + extract the kernel package into $dest (see the cache layout above).
 fetch_kernel() {
     local tmp rc=0
     tmp=$(mktemp -d "$CACHE/.fetch.XXXXXX") || return 1
@@ -237,11 +550,9 @@ fetch_kernel() {
 }
 # (Called in a condition, where `set -e` is off: every step checks its own status.)
 fetch_kernel_into() {
-    local tmp=$1 pkg=$2 ver=$3 dest=$4 deb x vmlinuz m f rel found
-    log "downloading $pkg${ver:+=$ver} (about 70 MB, once)"
-    # APT::Sandbox::User=root: apt would drop to the _apt user for the download, which
-    # cannot write into a cache under root's 0700 home (it warns and falls back anyway).
-    (cd "$tmp" && apt-get download -qq -o APT::Sandbox::User=root "$pkg${ver:+=$ver}" >&2) || return 1
+    local tmp=$1 pkg=$2 ver=$3 dest=$4 deb x vmlinuz rel moddir
+    log "downloading $pkg${ver:+=$ver} from Debian $SUITE (about 70-110 MB, once)"
+    (cd "$tmp" && apt-get "${APT_OPTS[@]}" download -qq "$pkg${ver:+=$ver}" >&2) || return 1
     deb=$(find "$tmp" -maxdepth 1 -name '*.deb' -print -quit)
     [[ -n $deb ]] || return 1
     x=$tmp/x
@@ -252,61 +563,51 @@ fetch_kernel_into() {
     cp -- "$vmlinuz" "$tmp/out/vmlinuz" || return 1
     rel=${vmlinuz##*/vmlinuz-}
     echo "$rel" >"$tmp/out/kernel-release" || return 1
-    : >"$tmp/out/modules.load" || return 1
-    for m in "${MODULES[@]}"; do
-        # Modules may be shipped compressed (newer Debian kernels use .ko.xz); busybox
-        # insmod only takes plain ELF .ko files, so decompress here.
-        found=
-        for f in "$x"/lib/modules/*/kernel "$x"/usr/lib/modules/*/kernel; do
-            [[ -d $f ]] || continue
-            found=$(find "$f" \( -name "$m.ko" -o -name "$m.ko.xz" -o -name "$m.ko.zst" -o -name "$m.ko.gz" \) -print -quit)
-            [[ -n $found ]] && break
-        done
-        if [[ -z $found ]]; then
-            if [[ " ${REQUIRED_MODULES[*]} " == *" $m "* ]]; then
-                log "$pkg has no $m.ko"
-                return 1
-            fi
-            log "note: $pkg has no $m.ko (built in or not configured); skipping it"
-            continue
-        fi
-        case $found in
-            *.ko) cp -- "$found" "$tmp/out/$m.ko" ;;
-            *.xz) { command -v xz >/dev/null || apt_install xz-utils; } && xz -dc -- "$found" >"$tmp/out/$m.ko" ;;
-            *.zst) { command -v zstd >/dev/null || apt_install zstd; } && zstd -qdc -- "$found" >"$tmp/out/$m.ko" ;;
-            *.gz) gzip -dc -- "$found" >"$tmp/out/$m.ko" ;;
-        esac || { log "could not extract $found"; return 1; }
-        echo "$m" >>"$tmp/out/modules.load" || return 1
+    moddir=
+    for d in "$x/lib/modules/$rel" "$x/usr/lib/modules/$rel"; do
+        [[ -d $d ]] && { moddir=$d; break; }
     done
-    rm -rf -- "$dest" && mv -- "$tmp/out" "$dest"
+    [[ -n $moddir ]] || { log "no lib/modules/$rel in $pkg"; return 1; }
+    prepare_modules "$moddir" "$tmp/out" "$rel" || return 1
+    echo "$SUITE $pkg $ver" >"$tmp/out/origin" || return 1
+    mkdir -p -- "${dest%/*}" && rm -rf -- "$dest" && mv -- "$tmp/out" "$dest"
 }
 
+# The newest cached kernel of $1 (a kernels/<suite> directory), by download time.
 newest_cached_kernel() {
-    find "$CACHE" -mindepth 2 -maxdepth 2 -name modules.load -printf '%T@ %h\n' 2>/dev/null |
+    find "$1" -mindepth 2 -maxdepth 2 -name modules.load -printf '%T@ %h\n' 2>/dev/null |
         sort -rn | awk 'NR == 1 { print $2 }'
 }
 
 resolve_kernel() {
-    local pkg ver dest newest attempt
+    local pkg ver dest newest attempt kroot=$CACHE/kernels/$SUITE
     # Serialise concurrent runs sharing the cache (the fetch is not atomic otherwise).
     exec 9>"$CACHE/.lock"
     flock 9
     if ((!REFRESH)); then
-        newest=$(newest_cached_kernel)
+        newest=$(newest_cached_kernel "$kroot")
         if [[ -n $newest ]]; then
             echo "$newest"
             return 0
         fi
     fi
+    setup_private_apt || return 1
+    if ((REFRESH)) || ! have_private_lists; then
+        private_update || true
+    fi
     for attempt in 1 2; do
         pkg=$(kernel_pkg)
         if [[ -z $pkg ]]; then
-            # No package lists yet (apt-cache finds nothing before the first update).
-            if ((attempt == 1)) && apt_update_once; then continue; fi
+            if ((attempt == 1 && !PRIV_UPDATED)) && private_update; then continue; fi
+            if have_private_lists; then
+                log "linux-image-amd64 of $SUITE does not point at a linux-image-* package"
+            else
+                log "no package lists for $SUITE (apt-get update could not fetch them: offline?)"
+            fi
             break
         fi
         ver=$(pkg_version "$pkg")
-        dest=$CACHE/${pkg}_${ver//:/%}
+        dest=$kroot/${pkg}_${ver//:/%}
         if [[ -f $dest/vmlinuz && -f $dest/modules.load ]]; then
             echo "$dest"
             return 0
@@ -316,26 +617,22 @@ resolve_kernel() {
             return 0
         fi
         # Stale package lists point at versions the archive has removed: update, retry.
-        if ((attempt == 1 && !APT_UPDATED)) && apt_update_once; then
+        if ((attempt == 1 && !PRIV_UPDATED)) && private_update; then
             continue
         fi
         break
     done
-    # Offline or apt broken: fall back to whatever kernel is already cached.
-    newest=$(newest_cached_kernel)
+    # Offline or apt broken: fall back to whatever kernel of this suite is cached.
+    newest=$(newest_cached_kernel "$kroot")
     if [[ -n $newest ]]; then
-        log "warning: could not resolve/download the current kernel package; using cached $newest"
+        log "warning: could not resolve/download the current $SUITE kernel package; using cached $newest"
         echo "$newest"
         return 0
     fi
     return 1
 }
 
-# (resolve_kernel runs in a subshell; its cache lock goes away with it.)
-KDIR=$(resolve_kernel) || die $EX_HOST "could not obtain a Debian kernel (apt-get download linux-image-*-amd64 failed)"
-KREL=$(cat "$KDIR/kernel-release")
-
-# ---------------------------------------------------------------- initramfs
+# ---------------------------------------------------------------- work directory
 if [[ -z $WORKDIR ]]; then
     WORKDIR=$(mktemp -d "${TMPDIR:-/tmp}/tsc-qemu-kvm.XXXXXX")
 else
@@ -345,9 +642,38 @@ WORKDIR=$(cd -- "$WORKDIR" && pwd)
 LOG=$WORKDIR/serial.log
 QERR=$WORKDIR/qemu-stderr.txt
 OUT=$WORKDIR/prog-output.txt
+OUTDIR=$WORKDIR/out
+INFO=$WORKDIR/run-info.txt
 INITRD=$WORKDIR/initrd.gz
 STAGE=$WORKDIR/initramfs
-rm -rf -- "$STAGE" "$LOG" "$QERR" "$OUT" "$INITRD"
+rm -rf -- "$STAGE" "$LOG" "$QERR" "$OUT" "$OUTDIR" "$INFO" "$INITRD" "$WORKDIR/modules"
+
+# ---------------------------------------------------------------- kernel
+if [[ -n $USER_KERNEL ]]; then
+    KIMAGE=$USER_KERNEL
+    KREL=${USER_KREL:-unknown}
+    MODDIR=$WORKDIR/modules
+    mkdir -p -- "$MODDIR"
+    : >"$MODDIR/modules.load"
+    if [[ -n $USER_MODULES ]]; then
+        prepare_modules "$USER_MODULES" "$MODDIR" "$USER_KREL" ||
+            die $EX_USAGE "--modules '$USER_MODULES': cannot assemble the KVM modules (see above)"
+    else
+        log "note: no --modules: assuming KVM (kvm_amd) is built into $USER_KERNEL"
+    fi
+    KDESC="kernel $KREL ($USER_KERNEL)"
+else
+    mkdir -p -- "$CACHE"
+    # (resolve_kernel runs in a subshell; its cache lock goes away with it.)
+    KDIR=$(resolve_kernel) ||
+        die $EX_HOST "could not obtain Debian $SUITE's kernel (apt-get download linux-image-*-amd64 failed)"
+    KIMAGE=$KDIR/vmlinuz
+    KREL=$(cat "$KDIR/kernel-release")
+    MODDIR=$KDIR
+    KDESC="kernel $KREL (Debian $SUITE)"
+fi
+
+# ---------------------------------------------------------------- initramfs
 mkdir -p "$STAGE"/{bin,dev,proc,sys,tmp,lib/modules}
 
 cp -- "$BUSYBOX" "$STAGE/bin/busybox"
@@ -360,10 +686,25 @@ done < <("$BUSYBOX" --list)
 [[ -e $STAGE/bin/sh ]] || ln -s busybox "$STAGE/bin/sh"
 
 while IFS= read -r m; do
-    cp -- "$KDIR/$m.ko" "$STAGE/lib/modules/$m.ko"
-done <"$KDIR/modules.load"
-cp -- "$BIN" "$STAGE/prog"
-chmod 0755 "$STAGE/prog"
+    cp -- "$MODDIR/$m.ko" "$STAGE/lib/modules/$m.ko"
+done <"$MODDIR/modules.load"
+if [[ -n $BIN ]]; then
+    cp -- "$BIN" "$STAGE/prog"
+    chmod 0755 "$STAGE/prog"
+else
+    cp -- "$SCRIPT" "$STAGE$G_SCRIPT"
+    chmod 0755 "$STAGE$G_SCRIPT"
+fi
+for i in "${!FILE_SRC[@]}"; do
+    src=${FILE_SRC[i]}
+    dest=$STAGE${FILE_DEST[i]}
+    if [[ -L $dest ]]; then
+        log "note: --file ${FILE_DEST[i]} replaces busybox's applet of that name"
+        rm -f -- "$dest"
+    fi
+    mkdir -p -- "${dest%/*}"
+    cp -R --preserve=mode -- "$src" "$dest" || die $EX_HOST "copying --file '$src' into the initramfs failed"
+done
 
 # Single-quote a string for a POSIX shell: ' becomes '\'' . Safe for any byte but NUL
 # (which cannot occur in an argument), including newlines.
@@ -384,7 +725,9 @@ exec </dev/console >/dev/console 2>&1
 echo "2 4 1 7" >/proc/sys/kernel/printk
 # No \n -> \r\n translation on the console: program output reaches the host byte-exact.
 stty -onlcr 2>/dev/null
+uptime_s() { read -r up _ </proc/uptime; echo "$up"; }
 power_off() {
+    echo "@@TSC-QEMU-UPTIME end $(uptime_s)@@"
     sync
     # A moment for the UART to drain what may still be queued in the tty layer before
     # the machine disappears. (No loss was seen without it, even after 2000 lines.)
@@ -402,28 +745,50 @@ fail() {
 EOF
     while IFS= read -r m; do
         printf 'insmod /lib/modules/%s.ko || fail "insmod %s.ko failed"\n' "$m" "$m"
-    done <"$KDIR/modules.load"
+    done <"$MODDIR/modules.load"
     cat <<'EOF'
-[ -c /dev/kvm ] || fail "/dev/kvm missing after loading the modules (no SVM in the emulated CPU?)"
+[ -c /dev/kvm ] || fail "/dev/kvm missing after loading the modules (kvm_amd neither loaded nor built in, or no SVM in the emulated CPU?)"
 echo "@@TSC-QEMU-KERNEL $(uname -r)@@"
 cd /
 EOF
     for e in "${ENVS[@]+"${ENVS[@]}"}"; do
         printf 'export %s\n' "$(shq "$e")"
     done
+    if [[ -n $SCRIPT ]]; then
+        printf 'mkdir -p %s\nexport TSC_QEMU_OUT=%s\n' "$G_OUT" "$G_OUT"
+    fi
     printf 'set --'
     for a in "${PROG_ARGS[@]+"${PROG_ARGS[@]}"}"; do
         printf ' %s' "$(shq "$a")"
     done
     printf '\n'
+    if [[ -n $SCRIPT ]]; then
+        run_line="sh $G_SCRIPT \"\$@\" </dev/null"
+    else
+        run_line='/prog "$@" </dev/null'
+    fi
     cat <<EOF
+echo "@@TSC-QEMU-UPTIME start \$(uptime_s)@@"
 echo '$M_BEGIN'
 # stdin from /dev/null: nothing is ever typed on the console, so a program that reads
 # stdin gets EOF instead of blocking until the timeout.
-/prog "\$@" </dev/null
+$run_line
 rc=\$?
 echo "@@TSC-QEMU-EXIT \$rc@@"
 EOF
+    if [[ -n $SCRIPT ]]; then
+        # Files the script left in $G_OUT go back gzipped and base64-encoded between
+        # markers, each with its md5sum so that the host can tell a complete copy from a
+        # truncated one. (The console moves ~20 KB/s of base64; JSON shrinks ~10x.)
+        cat <<EOF
+find $G_OUT -type f | sort | while IFS= read -r f; do
+    echo "@@TSC-QEMU-FILE \$(md5sum <"\$f" | cut -d' ' -f1) \${f#$G_OUT/}@@"
+    gzip -c <"\$f" | base64
+    echo "@@TSC-QEMU-FILE-END@@"
+done
+echo "@@TSC-QEMU-FILES-DONE@@"
+EOF
+    fi
     if ((DMESG)); then
         printf 'echo "@@TSC-QEMU-DMESG@@"\ndmesg\n'
     fi
@@ -455,11 +820,11 @@ APPEND='console=ttyS0 quiet panic=-1 tsc=reliable'
 # shellcheck disable=SC2054 # the commas are part of QEMU's option syntax
 QEMU=(qemu-system-x86_64 -accel tcg,thread=single -cpu "$CPU" -smp "$SMP" -m "$MEM"
     -display none -vga none -serial stdio -monitor none -no-reboot -nic none
-    -kernel "$KDIR/vmlinuz" -initrd "$INITRD" -append "$APPEND")
+    -kernel "$KIMAGE" -initrd "$INITRD" -append "$APPEND")
 printf '%q ' "${QEMU[@]}" >"$WORKDIR/qemu-cmdline.txt"
 echo >>"$WORKDIR/qemu-cmdline.txt"
 
-log "kernel $KREL, smp $SMP, timeout ${TIMEOUT}s, workdir $WORKDIR"
+log "$KDESC, smp $SMP, timeout ${TIMEOUT}s, workdir $WORKDIR"
 t0=$(date +%s.%N)
 
 # QEMU writes straight into the log file and `tail --pid` copies it to stdout; unlike
@@ -470,7 +835,13 @@ t0=$(date +%s.%N)
 # signal 15") do not end up in the program's output.
 timeout -k 10 "$TIMEOUT" "${QEMU[@]}" </dev/null >>"$LOG" 2>"$QERR" &
 QPID=$!
-tail -s 0.2 --pid="$QPID" -n +1 -f -- "$LOG" &
+# The base64 blocks of files coming back from $G_OUT are left out of that copy.
+tail -s 0.2 --pid="$QPID" -n +1 -f -- "$LOG" | awk '
+    /^@@TSC-QEMU-FILE [0-9a-f]+ .*@@\r?$/ { print; fflush(); hide = 1; n = 0; next }
+    hide && /^@@TSC-QEMU-FILE-END@@\r?$/ { printf "(%d lines of base64 not shown)\n", n; hide = 0 }
+    hide { n++; next }
+    { print; fflush() }
+' &
 TPID=$!
 # shellcheck disable=SC2317 # invoked from the traps below
 cleanup() {
@@ -503,10 +874,60 @@ awk -v begin="$M_BEGIN" -v exitre="$M_EXIT_RE\r?\$" '
 
 exit_line=$(grep -aoE "$M_EXIT_RE" "$LOG" | tail -n 1 || true)
 fail_line=$(grep -aoE "$M_FAIL_RE" "$LOG" | tail -n 1 || true)
+up_start=$(grep -aoE '@@TSC-QEMU-UPTIME start [0-9.]+@@' "$LOG" | tail -n 1 | tr -dc '0-9.' || true)
+up_end=$(grep -aoE '@@TSC-QEMU-UPTIME end [0-9.]+@@' "$LOG" | tail -n 1 | tr -dc '0-9.' || true)
+# The release the guest really ran (the cache's name for it comes from a file name).
+guest_rel=$(grep -aoE '@@TSC-QEMU-KERNEL [^@]*@@' "$LOG" | tail -n 1 || true)
+guest_rel=${guest_rel#@@TSC-QEMU-KERNEL }
+[[ -z $guest_rel ]] || KREL=${guest_rel%@@}
+rc=${exit_line#@@TSC-QEMU-EXIT }
+rc=${rc%@@}
+printf 'kernel_release=%s\nexit_code=%s\nqemu_seconds=%s\nguest_uptime_start=%s\nguest_uptime_end=%s\n' \
+    "$KREL" "$rc" "$ELAPSED" "$up_start" "$up_end" >"$INFO"
+
+# Files the script wrote to $G_OUT: decode each block, keep it only if its md5 matches.
+if [[ -n $SCRIPT ]]; then
+    mkdir -p -- "$OUTDIR"
+    blocks=$WORKDIR/.out-blocks
+    rm -rf -- "$blocks"
+    mkdir -p -- "$blocks"
+    # Block N's base64 goes to $blocks/N, its "md5 path" header to $blocks/N.hdr.
+    awk -v dir="$blocks" '
+        { sub(/\r$/, "") }
+        /^@@TSC-QEMU-FILE [0-9a-f]+ .*@@$/ {
+            n++; on = 1; h = substr($0, 17, length($0) - 18)
+            print h > (dir "/" n ".hdr"); close(dir "/" n ".hdr"); printf "" > (dir "/" n); next
+        }
+        /^@@TSC-QEMU-FILE-END@@$/ { if (on) close(dir "/" n); on = 0; next }
+        on && /^[A-Za-z0-9+\/=]+$/ { print > (dir "/" n) }
+    ' "$LOG"
+    nfiles=0
+    for hdr in "$blocks"/*.hdr; do
+        [[ -f $hdr ]] || continue
+        read -r sum path <"$hdr"
+        if [[ -z $path || /$path/ == */../* || $path == /* ]]; then
+            log "warning: ignoring returned file with a bad name '$path'"
+            continue
+        fi
+        mkdir -p -- "$OUTDIR/$(dirname -- "$path")"
+        if base64 -d <"${hdr%.hdr}" 2>/dev/null | gzip -dc >"$OUTDIR/$path" 2>/dev/null &&
+            [[ $(md5sum <"$OUTDIR/$path" | cut -d' ' -f1) == "$sum" ]]; then
+            nfiles=$((nfiles + 1))
+        else
+            log "warning: $G_OUT/$path came back incomplete or damaged; not kept"
+            rm -f -- "$OUTDIR/$path"
+        fi
+    done
+    rm -rf -- "$blocks"
+    if [[ -n $exit_line ]] && ! grep -aqF '@@TSC-QEMU-FILES-DONE@@' "$LOG"; then
+        log "warning: the guest did not finish sending the files in $G_OUT"
+    fi
+    ((nfiles == 0)) || log "$nfiles file(s) from the guest's $G_OUT in $OUTDIR"
+fi
 
 if [[ -n $fail_line ]]; then
     fail_line=${fail_line#@@TSC-QEMU-SETUP-FAIL }
-    die $EX_GUEST "guest setup failed: ${fail_line%@@} (kernel $KREL; log: $LOG)"
+    die $EX_GUEST "guest setup failed: ${fail_line%@@} ($KDESC; log: $LOG)"
 fi
 if [[ -z $exit_line ]]; then
     if ((qrc == 124 || qrc == 137)); then
@@ -517,14 +938,13 @@ if [[ -z $exit_line ]]; then
     fi
     die $EX_NOMARK "QEMU exited ($qrc) without the exit marker: guest crash? (log: $LOG)"
 fi
-# The release the guest really ran (the cache's name for it comes from a file name).
-guest_rel=$(grep -aoE '@@TSC-QEMU-KERNEL [^@]*@@' "$LOG" | tail -n 1 || true)
-guest_rel=${guest_rel#@@TSC-QEMU-KERNEL }
-[[ -z $guest_rel ]] || KREL=${guest_rel%@@}
-rc=${exit_line#@@TSC-QEMU-EXIT }
-rc=${rc%@@}
 if ((qrc == 124 || qrc == 137)); then
     log "warning: the program finished (exit $rc) but the guest did not power off before the timeout"
 fi
-log "program exited with $rc after ${ELAPSED}s (boot + run, kernel $KREL); output: $OUT"
+what=program
+[[ -z $SCRIPT ]] || what=script
+log "$what exited with $rc after ${ELAPSED}s (boot + run, kernel $KREL); output: $OUT"
+if [[ -n $up_start && -n $up_end ]]; then
+    log "guest clock: $what started ${up_start}s after kernel start, power-off at ${up_end}s"
+fi
 exit "$rc"
