@@ -7,9 +7,9 @@
 
 use proptest::prelude::*;
 use tsc_contract::{
-    layout, progress_word, Progress, RecordError, RoundRecord, RECORD_MAGIC, RECORD_SIZE,
+    layout, progress_word, Progress, RecordError, RoundRecord, Variant, RECORD_MAGIC, RECORD_SIZE,
 };
-use tsc_vmm::analysis::{analyse_round, VcpuSample};
+use tsc_vmm::analysis::{analyse_round, Base, RoundAccumulator, SkewBasis, VcpuSample};
 use tsc_vmm::guest_image::{check, load, EMBEDDED};
 use tsc_vmm::tsc::TscState;
 use vm_memory::{GuestAddress, GuestMemoryMmap};
@@ -146,6 +146,7 @@ proptest! {
     #[test]
     fn the_analysis_never_panics_on_validated_records(
         recs in proptest::collection::vec((any_record(), any_state(), any_state()), 1..5),
+        rel in proptest::collection::vec(proptest::option::of(any::<i64>()), 5),
     ) {
         let n = recs.len();
         let samples: Vec<VcpuSample> = recs
@@ -166,9 +167,20 @@ proptest! {
         for s in &samples {
             prop_assert!(s.record.validate(s.record.vcpu, 0, 3).is_ok());
         }
-        let mut base = vec![0i64; n];
-        let r = analyse_round(0, "xen-head", &samples, &mut base);
+        let r = analyse_round(0, "xen-head", &samples, &Base::creation(n));
         prop_assert_eq!(r.vcpus.len(), n);
+        // Any base, known or not, from any history.
+        let base = Base { rel: rel[..n].to_vec(), basis: SkewBasis::Assumed };
+        let r = analyse_round(0, "xen-head", &samples, &base);
+        prop_assert_eq!(r.vcpus.len(), n);
+        // The accumulator over two rounds, from the "before" states.
+        let before: Vec<_> = samples.iter().map(|s| s.before).collect();
+        let after: Vec<_> = samples.iter().map(|s| s.after).collect();
+        let records: Vec<_> = samples.iter().map(|s| s.record).collect();
+        let mut acc = RoundAccumulator::new(&before);
+        acc.add(0, Variant::XenHead, &records, &after);
+        let again: Vec<_> = records.iter().map(|r| RoundRecord { round: 1, ..*r }).collect();
+        prop_assert_eq!(acc.add(1, Variant::XenHead, &again, &before).vcpus.len(), n);
     }
 
     #[test]

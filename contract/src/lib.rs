@@ -71,16 +71,16 @@ pub mod layout {
 
     const _: () = assert!(stack_top(MAX_VCPUS - 1) <= MEM_SIZE);
     /// Per-vCPU [`crate::CommandSlot`]s (command mode), `MAX_VCPUS` of them.
-    pub const COMMANDS: u64 = 0x1a000;
+    pub const COMMANDS: u64 = 0x3_0000;
     /// The warp test's shared state (command mode), one page.
-    pub const WARP: u64 = 0x1f000;
+    pub const WARP: u64 = 0x3_8000;
 
     /// Guest physical address of vCPU `index`'s command slot.
     pub const fn command(index: u32) -> u64 {
         COMMANDS + index as u64 * crate::COMMAND_SLOT_SIZE as u64
     }
 
-    const _: () = assert!(record(MAX_VCPUS) <= COMMANDS);
+    const _: () = assert!(progress(MAX_VCPUS) <= COMMANDS);
     const _: () = assert!(command(MAX_VCPUS) <= WARP);
     const _: () = assert!(WARP + 0x1000 <= IMAGE);
     const _: () = assert!(RECORDS >= RENDEZVOUS + 0x1000);
@@ -116,7 +116,7 @@ pub const CONFIG_MAGIC: u32 = 0x5453_4352; // "RCST" little-endian
 /// Written into [`RoundRecord::magic`] by the guest.
 pub const RECORD_MAGIC: u32 = 0x4443_5254; // "TRCD"
 /// Version of this contract; host and guest refuse to work with another.
-pub const CONTRACT_VERSION: u32 = 1;
+pub const CONTRACT_VERSION: u32 = 2;
 
 /// The rendezvous variants, by their Xen state. The discriminants travel in
 /// [`Config::variant`] and [`RoundRecord::variant`].
@@ -413,7 +413,9 @@ pub enum Op {
     /// vCPU's [`RoundRecord`] slot with `round` = `value`.
     Rendezvous = 4,
     /// The lock-ordered warp test on every vCPU for `value` iterations:
-    /// `result_a` = largest backwards step seen, `result_b` = how many.
+    /// `result_a` = largest backwards step seen, `result_b` = how many,
+    /// `result_c` = lock hand-offs from another vCPU, `result_d` = the
+    /// shortest forward step across one (`u64::MAX`: none).
     Warp = 5,
     /// Report [`ports::DONE`] and halt.
     Halt = 6,
@@ -449,12 +451,17 @@ pub struct CommandSlot {
     pub result_a: u64,
     /// Second result, written by the guest.
     pub result_b: u64,
+    /// Third result, written by the guest.
+    pub result_c: u64,
+    /// Fourth result, written by the guest.
+    pub result_d: u64,
 }
 
 /// Size of [`CommandSlot`] in bytes.
-pub const COMMAND_SLOT_SIZE: usize = 32;
+pub const COMMAND_SLOT_SIZE: usize = 48;
 const _: () = assert!(size_of::<CommandSlot>() == COMMAND_SLOT_SIZE);
 const _: () = assert!(offset_of!(CommandSlot, result_a) == 16);
+const _: () = assert!(offset_of!(CommandSlot, result_d) == 40);
 
 impl CommandSlot {
     /// The slot's bytes in guest memory (little-endian, x86).
@@ -465,6 +472,8 @@ impl CommandSlot {
         b[8..16].copy_from_slice(&self.value.to_le_bytes());
         b[16..24].copy_from_slice(&self.result_a.to_le_bytes());
         b[24..32].copy_from_slice(&self.result_b.to_le_bytes());
+        b[32..40].copy_from_slice(&self.result_c.to_le_bytes());
+        b[40..48].copy_from_slice(&self.result_d.to_le_bytes());
         b
     }
 
@@ -483,6 +492,8 @@ impl CommandSlot {
             value: u64_at(8),
             result_a: u64_at(16),
             result_b: u64_at(24),
+            result_c: u64_at(32),
+            result_d: u64_at(40),
         })
     }
 }
@@ -712,12 +723,14 @@ mod tests {
             value: 5,
             result_a: u64::MAX,
             result_b: 1 << 40,
+            result_c: 3,
+            result_d: 0x0102_0304_0506_0708,
         };
         // SAFETY: as above, for CommandSlot.
         let raw: [u8; COMMAND_SLOT_SIZE] = unsafe { core::mem::transmute_copy(&k) };
         assert_eq!(k.to_bytes(), raw);
         assert_eq!(CommandSlot::from_bytes(&raw), Some(k));
-        assert_eq!(CommandSlot::from_bytes(&raw[..31]), None);
+        assert_eq!(CommandSlot::from_bytes(&raw[..COMMAND_SLOT_SIZE - 1]), None);
     }
 
     #[test]

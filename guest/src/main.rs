@@ -183,29 +183,29 @@ fn command_loop(ops: &mut cpu::Hw, index: u32, vcpus: u32, has_adjust: bool) -> 
         // SAFETY: vCPU `index`'s command slot is guest RAM reserved for it;
         // the VMM writes it only while this vCPU is parked.
         let cmd = unsafe { read_volatile(slot) };
-        let (a, b) = match Op::from_raw(cmd.op) {
-            Some(Op::Nop) => (0, 0),
-            Some(Op::Rdtsc) => (ops.rdtsc_ordered(), 0),
+        let (a, b, c, d) = match Op::from_raw(cmd.op) {
+            Some(Op::Nop) => (0, 0, 0, 0),
+            Some(Op::Rdtsc) => (ops.rdtsc_ordered(), 0, 0, 0),
             Some(Op::Rdmsr) => {
                 let v = cpu::rdmsr(cmd.arg);
-                (v, ops.rdtsc_ordered())
+                (v, ops.rdtsc_ordered(), 0, 0)
             }
             Some(Op::Wrmsr) => {
                 cpu::wrmsr(cmd.arg, cmd.value);
-                (0, ops.rdtsc_ordered())
+                (0, ops.rdtsc_ordered(), 0, 0)
             }
             Some(Op::Rendezvous) => {
                 let rec = one_round(ops, index, vcpus, cmd.arg, cmd.value as u32, has_adjust);
                 // SAFETY: as in the rounds loop of guest_main.
                 unsafe { write_volatile(layout::record(index) as *mut RoundRecord, rec) };
-                (0, 0)
+                (0, 0, 0, 0)
             }
             Some(Op::Warp) => {
                 // SAFETY: the warp page is guest RAM reserved for it, zeroed by
                 // the VMM before every test; WarpShared is made of atomics.
                 let w: &WarpShared = unsafe { &*(layout::WARP as *const WarpShared) };
-                let out = warp_test(w, vcpus, cmd.value, ops);
-                (out.max_warp, out.warps)
+                let out = warp_test(w, index, vcpus, cmd.value, ops);
+                (out.max_warp, out.warps, out.handoffs, out.shortest_handoff)
             }
             Some(Op::Halt) => {
                 cpu::out32(ports::DONE, seq);
@@ -217,6 +217,8 @@ fn command_loop(ops: &mut cpu::Hw, index: u32, vcpus: u32, has_adjust: bool) -> 
         unsafe {
             write_volatile(&raw mut (*slot).result_a, a);
             write_volatile(&raw mut (*slot).result_b, b);
+            write_volatile(&raw mut (*slot).result_c, c);
+            write_volatile(&raw mut (*slot).result_d, d);
         }
     }
 }

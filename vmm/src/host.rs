@@ -5,6 +5,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::tsc::OffsetSource;
+
 /// Which hypervisor implements /dev/kvm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -120,30 +122,47 @@ pub struct HostInfo {
     pub clocksource: Option<String>,
     /// Whether the vCPU attribute KVM_VCPU_TSC_OFFSET is available (Linux >= 5.16).
     pub tsc_offset_attr: bool,
+    /// Where the exact per-vCPU TSC offsets came from.
+    #[serde(default = "no_offset_source")]
+    pub offset_source: OffsetSource,
     /// Whether the guest sees IA32_TSC_ADJUST in its CPUID.
     pub guest_tsc_adjust: bool,
 }
 
+fn no_offset_source() -> OffsetSource {
+    OffsetSource::None
+}
+
+/// What a VM says about the host: the guest TSC frequency, whether KVM has the
+/// offset attribute, where the exact offsets come from and whether the guest
+/// sees IA32_TSC_ADJUST.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmFacts {
+    /// KVM_GET_TSC_KHZ of vCPU 0.
+    pub tsc_khz: Option<u32>,
+    /// Whether the vCPU attribute KVM_VCPU_TSC_OFFSET exists.
+    pub tsc_offset_attr: bool,
+    /// Where the exact offsets come from.
+    pub offset_source: OffsetSource,
+    /// Whether the guest's CPUID exposes IA32_TSC_ADJUST.
+    pub guest_tsc_adjust: bool,
+}
+
 impl HostInfo {
-    /// Gathers the host's facts; the rest comes from the VM: the guest TSC
-    /// frequency, whether KVM has the offset attribute and whether the guest
-    /// sees IA32_TSC_ADJUST.
-    pub fn collect(
-        tsc_khz: Option<u32>,
-        tsc_offset_attr: bool,
-        guest_tsc_adjust: bool,
-    ) -> HostInfo {
+    /// Gathers the host's facts, with what the VM said.
+    pub fn collect(vm: VmFacts) -> HostInfo {
         let release = kernel_release();
         HostInfo {
             kvm_flavor: detect_flavor_in(Path::new("/sys/module")),
             kernel_version: parse_kernel_version(&release),
             kernel_release: release,
-            tsc_khz,
+            tsc_khz: vm.tsc_khz,
             cpu_model: cpu_model(),
             cpu_tsc_flags: tsc_flags(),
             clocksource: clocksource(),
-            tsc_offset_attr,
-            guest_tsc_adjust,
+            tsc_offset_attr: vm.tsc_offset_attr,
+            offset_source: vm.offset_source,
+            guest_tsc_adjust: vm.guest_tsc_adjust,
         }
     }
 }

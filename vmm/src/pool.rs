@@ -6,6 +6,7 @@
 //! Both the round loop ([`crate::rounds`]) and the command-mode session
 //! ([`crate::session`]) drive their VM through this and nothing else.
 
+use std::os::fd::AsRawFd;
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
@@ -16,8 +17,9 @@ use tsc_contract::{layout, Progress, RoundRecord, Variant, RECORD_SIZE};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::error::{RunError, Stall};
+use crate::host::VmFacts;
 use crate::stop;
-use crate::tsc::{self, TscState};
+use crate::tsc::{self, debugfs, OffsetReader, OffsetSource, TscState};
 use crate::vstate::spin::{self, SpinBreaker};
 use crate::vstate::vcpu::{self, Command, Event, Kicker, VcpuThread};
 use crate::vstate::vm::{self, Vm};
@@ -47,6 +49,7 @@ pub struct VcpuPool {
     /// Rounds the guest was configured for (to decode progress slots).
     rounds: u32,
     with_offset: bool,
+    offset_source: OffsetSource,
     /// The VM without its vCPU fds (the threads own them). Dropped only after
     /// every thread has been joined; leaked if one could not be.
     vm: Option<Vm>,
@@ -60,6 +63,13 @@ impl VcpuPool {
     pub fn start(mut vm: Vm, timeout: Duration, rounds: u32) -> Result<VcpuPool, RunError> {
         vcpu::install_kick_handler().map_err(RunError::KickHandler)?;
         let with_offset = vm.vcpus.first().is_some_and(tsc::has_offset_attr);
+        let vm_dir = debugfs::mounted()
+            .map(|root| debugfs::vm_dir(&root, std::process::id(), vm.fd.as_raw_fd()));
+        let mut readers = OffsetReader::choose(&vm.vcpus, vm_dir.as_deref()).into_iter();
+        let offset_source = readers
+            .as_slice()
+            .first()
+            .map_or(OffsetSource::None, OffsetReader::source);
         let fds = std::mem::take(&mut vm.vcpus);
         let n = fds.len();
         let (event_tx, event_rx) = mpsc::channel();
@@ -73,13 +83,14 @@ impl VcpuPool {
             timeout,
             rounds,
             with_offset,
+            offset_source,
             vm: Some(vm),
             done: vec![false; n],
         };
         for (index, fd) in fds.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel();
-            let (thread, kicker) =
-                VcpuThread::new(index as u32, fd, rx, event_tx.clone(), with_offset);
+            let offsets = readers.next().unwrap_or(OffsetReader::None);
+            let (thread, kicker) = VcpuThread::new(index as u32, fd, rx, event_tx.clone(), offsets);
             // On failure the pool drops here: it joins (or leaks) the threads
             // already started and the VM with them.
             let handle = vcpu::spawn(thread).map_err(RunError::Spawn)?;
@@ -123,6 +134,21 @@ impl VcpuPool {
     /// Whether the guest's CPUID exposes IA32_TSC_ADJUST.
     pub fn guest_tsc_adjust(&self) -> bool {
         self.vm.as_ref().is_some_and(|vm| vm.guest_tsc_adjust)
+    }
+
+    /// Where the exact per-vCPU offsets come from.
+    pub fn offset_source(&self) -> OffsetSource {
+        self.offset_source
+    }
+
+    /// What this VM says about the host, given every vCPU's first readback.
+    pub fn facts(&self, initial: &[TscState]) -> VmFacts {
+        VmFacts {
+            tsc_khz: initial.first().map(|s| s.tsc_khz),
+            tsc_offset_attr: self.with_offset,
+            offset_source: self.offset_source,
+            guest_tsc_adjust: self.guest_tsc_adjust(),
+        }
     }
 
     /// Whether the spin breaker runs (vCPUs outnumber host cores).

@@ -109,11 +109,7 @@ impl Driver {
         on_round: &mut dyn FnMut(RoundResult) -> Result<(), String>,
     ) -> Result<RunFacts, RunError> {
         let initial = pool.readback(0)?;
-        let host = HostInfo::collect(
-            initial.first().map(|s| s.tsc_khz),
-            pool.has_offset_attr(),
-            pool.guest_tsc_adjust(),
-        );
+        let host = HostInfo::collect(pool.facts(&initial));
         self.host = Some(host.clone());
         let mut notes = Vec::new();
         if let Some(s) = initial.iter().find(|s| s.offset != initial[0].offset) {

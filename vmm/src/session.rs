@@ -13,12 +13,17 @@ use crate::vstate::vcpu::Command;
 use crate::vstate::vm::{self, Vm};
 
 /// What one vCPU saw in the warp test.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct WarpSeen {
     /// The largest backwards step, cycles (0: none).
     pub max_warp: u64,
     /// How many backwards steps.
     pub warps: u64,
+    /// How many times it took the lock right after another vCPU.
+    pub handoffs: u64,
+    /// The shortest forward step across such a hand-off, cycles (`None`:
+    /// none).
+    pub shortest_handoff: Option<u64>,
 }
 
 /// A running command-mode VM. Dropping it stops every vCPU.
@@ -58,6 +63,11 @@ impl Session {
     /// Whether KVM has the KVM_VCPU_TSC_OFFSET attribute.
     pub fn has_offset_attr(&self) -> bool {
         self.pool.has_offset_attr()
+    }
+
+    /// What this VM says about the host, given every vCPU's first readback.
+    pub fn facts(&self, initial: &[TscState]) -> crate::host::VmFacts {
+        self.pool.facts(initial)
     }
 
     /// Whether the guest's CPUID exposes IA32_TSC_ADJUST.
@@ -181,6 +191,8 @@ impl Session {
             .map(|c| WarpSeen {
                 max_warp: c.result_a,
                 warps: c.result_b,
+                handoffs: c.result_c,
+                shortest_handoff: (c.result_d != u64::MAX).then_some(c.result_d),
             })
             .collect())
     }

@@ -12,14 +12,19 @@
 //!   the same value, the spread of the deltas is the spread of the moments the
 //!   writes were handled: the skew the writes leave behind (or would have, if
 //!   the hypervisor ignores them).
-//! - (b) KVM_VCPU_TSC_OFFSET deltas: the offsets themselves, exact (Linux >= 5.16).
+//! - (b) the exact offsets: KVM_VCPU_TSC_OFFSET (Linux >= 5.16) or KVM's
+//!   debugfs (any kernel, as root).
 //! - (c) IA32_TSC read through KVM, bracketed by host TSC reads: an estimate of
-//!   each offset with an error bar of half the bracket.
+//!   each offset with an error bar of half the bracket (the read happened
+//!   somewhere inside it); a relative offset carries both vCPUs' error bars.
 //!
 //! Every method that is available is cross-checked against the others and any
-//! disagreement is reported with the round, never hidden.
+//! disagreement is reported with the round, never hidden. Whether a write
+//! took effect is decided from the evidence ([`evidence`]): KVM's when it is
+//! conclusive, else the guest's; inconclusive evidence stays undecided.
 
 mod accumulate;
+pub mod evidence;
 
 use std::borrow::Cow;
 
@@ -29,6 +34,7 @@ use tsc_contract::{RoundRecord, RECORD_HAS_TSC_ADJUST};
 use crate::tsc::TscState;
 
 pub use accumulate::RoundAccumulator;
+pub use evidence::{combine, guest_saw_jump, write_honoured, DecidedBy, Decision};
 
 /// Signed difference `a - b` of two wrapping u64 values.
 pub fn signed_delta(a: u64, b: u64) -> i64 {
@@ -72,8 +78,13 @@ pub struct VcpuResult {
     pub write_latency_cycles: i64,
     /// The seed's metric: from the TSC write until after the loop.
     pub exit_latency_cycles: i64,
-    /// Did this vCPU's write take effect? None when the evidence is not decisive.
+    /// Did this vCPU's write take effect? None when the evidence is not
+    /// decisive (or contradicts itself).
     pub write_honoured: Option<bool>,
+    /// Which evidence decided it.
+    pub decided_by: Option<DecidedBy>,
+    /// KVM's evidence: did the offset move by the write's delta?
+    pub host_saw_write: Option<bool>,
     /// The guest's own evidence: did its TSC jump to the written value?
     pub guest_saw_jump: Option<bool>,
     /// Offset relative to vCPU 0 after the round, by method (a).
@@ -86,6 +97,41 @@ pub struct VcpuResult {
     pub rel_offset_bracket_error: u64,
     /// TSC frequency of this vCPU, kHz.
     pub tsc_khz: u32,
+}
+
+/// What each vCPU's offset relative to vCPU 0 before a round was known from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkewBasis {
+    /// The exact offsets read before the round.
+    Offsets,
+    /// No write recorded since the VM was created: equal, as KVM creates them.
+    Creation,
+    /// Every write so far took effect: the TSC_ADJUST differences.
+    TscAdjust,
+    /// No write so far took effect: the offsets never moved.
+    Unmoved,
+    /// Unknown (earlier writes were undecided or mixed): assumed equal.
+    Assumed,
+}
+
+/// Each vCPU's offset relative to vCPU 0 before a round.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Base {
+    /// Per vCPU; vCPU 0's is 0. `None` when unknown.
+    pub rel: Vec<Option<i64>>,
+    /// Where it was known from.
+    pub basis: SkewBasis,
+}
+
+impl Base {
+    /// Every vCPU level with vCPU 0, as at creation.
+    pub fn creation(vcpus: usize) -> Base {
+        Base {
+            rel: vec![Some(0); vcpus],
+            basis: SkewBasis::Creation,
+        }
+    }
 }
 
 /// One round's findings.
@@ -104,72 +150,20 @@ pub struct RoundResult {
     pub skew_cycles_bracket: u64,
     /// Error bar of method (c).
     pub skew_cycles_bracket_error: u64,
-    /// Whether every vCPU's write took effect; None when undetermined or mixed.
+    /// Whether every decided vCPU's write took effect; None when none was
+    /// decided or they differ.
     pub writes_honoured: Option<bool>,
+    /// vCPUs whose write neither side's evidence decided.
+    pub undecided_vcpus: u32,
+    /// What the relative offsets before the round (the base of method (a))
+    /// were known from.
+    pub skew_basis: SkewBasis,
     /// CPU 0's loop-exit time, the seed's metric.
     pub cpu0_exit_latency_cycles: i64,
     /// Disagreements between methods, in words; empty when all agree.
     pub disagreements: Vec<String>,
     /// Per vCPU.
     pub vcpus: Vec<VcpuResult>,
-}
-
-/// Decides from KVM's and the guest's evidence whether one write took effect.
-///
-/// With the offset attribute the answer is exact: an honoured write moves the
-/// offset by exactly the TSC_ADJUST delta, an ignored one leaves it alone.
-/// Without it, the bracketed estimate decides when the delta is larger than
-/// the estimate's error bar. Returns (honoured, disagreement text).
-pub fn write_honoured(
-    adjust_delta: i64,
-    offset_delta: Option<i64>,
-    estimate_delta: i64,
-    estimate_error: u64,
-) -> (Option<bool>, Option<String>) {
-    if let Some(od) = offset_delta {
-        if od == adjust_delta && adjust_delta != 0 {
-            return (Some(true), None);
-        }
-        if od == 0 && adjust_delta != 0 {
-            return (Some(false), None);
-        }
-        if od == 0 && adjust_delta == 0 {
-            return (None, None);
-        }
-        return (
-            None,
-            Some(format!(
-                "offset moved by {od} cycles but TSC_ADJUST by {adjust_delta}"
-            )),
-        );
-    }
-    let err = i128::from(estimate_error);
-    let near = |x: i64, y: i64| (i128::from(x) - i128::from(y)).abs() <= err;
-    match (near(estimate_delta, adjust_delta), near(estimate_delta, 0)) {
-        (true, false) => (Some(true), None),
-        (false, true) => (Some(false), None),
-        (true, true) => (None, None),
-        (false, false) => (
-            None,
-            Some(format!(
-                "bracketed offset estimate moved by {estimate_delta} ± {estimate_error} cycles, \
-                 neither 0 nor the TSC_ADJUST delta {adjust_delta}"
-            )),
-        ),
-    }
-}
-
-/// The guest's own evidence of a jump. Written value `v`, TSC at the write
-/// (pre-write timeline) `at`, TSC after the loop `after`: an honoured write
-/// puts `after` at `v + elapsed`, an ignored one at `at + elapsed`, elapsed >= 0.
-pub fn guest_saw_jump(v: u64, at: u64, after: u64) -> Option<bool> {
-    let if_honoured = signed_delta(after, v);
-    let if_ignored = signed_delta(after, at);
-    match (if_honoured >= 0, if_ignored >= 0) {
-        (true, false) => Some(true),
-        (false, true) => Some(false),
-        _ => None,
-    }
 }
 
 /// `Some(v)` when every item is `v` (`Some(None)` for no items), `None` when
@@ -190,14 +184,13 @@ pub fn spread(values: impl IntoIterator<Item = i64>) -> u64 {
     (i128::from(hi) - i128::from(lo)) as u64
 }
 
-/// Analyses one round. `base_rel` holds each vCPU's actual offset relative to
-/// vCPU 0 before the round (0 at creation: KVM gives every vCPU the same
-/// offset); it is updated when the round's writes took effect.
+/// Analyses one round from every vCPU's record and readback and the relative
+/// offsets before it (`base`).
 pub fn analyse_round(
     round: u32,
     variant: &'static str,
     samples: &[VcpuSample],
-    base_rel: &mut [i64],
+    base: &Base,
 ) -> RoundResult {
     let mut disagreements = Vec::new();
     let mut vcpus = Vec::with_capacity(samples.len());
@@ -221,24 +214,24 @@ pub fn analyse_round(
         }
         let estimate_delta = signed_delta(s.after.estimated_offset(), s.before.estimated_offset());
         let estimate_error = s.after.estimate_error() + s.before.estimate_error();
-        let (honoured, why) =
+        let (host, why) =
             write_honoured(adjust_delta, offset_delta, estimate_delta, estimate_error);
         if let Some(why) = why {
             disagreements.push(format!("vCPU {id}: {why}"));
         }
         let tsc_at_write = rec.written.wrapping_sub(adjust_delta as u64);
         let saw_jump = guest_saw_jump(rec.written, tsc_at_write, rec.tsc_after_loop);
-        if let (Some(h), Some(j)) = (honoured, saw_jump) {
-            if h != j {
-                disagreements.push(format!(
-                    "vCPU {id}: KVM says the write {} but the guest's TSC {}",
-                    if h { "took effect" } else { "was ignored" },
-                    if j { "jumped" } else { "did not jump" }
-                ));
-            }
+        let host_by = if offset_delta.is_some() {
+            DecidedBy::Offsets
+        } else {
+            DecidedBy::BracketedReads
+        };
+        let (honoured, decided_by, why) = combine(host, host_by, saw_jump);
+        if let Some(why) = why {
+            disagreements.push(format!("vCPU {id}: {why}"));
         }
         // Which timeline `tsc_after_loop` is on decides where the write was.
-        let write_point = match honoured.or(saw_jump) {
+        let write_point = match honoured {
             Some(true) => rec.written,
             _ => tsc_at_write,
         };
@@ -264,6 +257,8 @@ pub fn analyse_round(
             write_latency_cycles,
             exit_latency_cycles,
             write_honoured: honoured,
+            decided_by,
+            host_saw_write: host,
             guest_saw_jump: saw_jump,
             rel_offset_adjust: 0,
             rel_offset_attr: None,
@@ -273,13 +268,11 @@ pub fn analyse_round(
         });
     }
 
-    let writes_honoured = match agreement(vcpus.iter().map(|v| v.write_honoured)) {
-        Some(common) => common,
-        None => {
-            disagreements.push("some vCPUs' writes took effect and others' did not".into());
-            None
-        }
-    };
+    let decision = Decision::of(vcpus.iter().map(|v| v.write_honoured));
+    if decision == Decision::Mixed {
+        disagreements.push("some vCPUs' writes took effect and others' did not".into());
+    }
+    let undecided_vcpus = vcpus.iter().filter(|v| v.write_honoured.is_none()).count() as u32;
 
     if let Some(v) = vcpus
         .iter()
@@ -299,13 +292,21 @@ pub fn analyse_round(
 
     // Relative offsets after the round.
     let d0 = vcpus.first().map_or(0, |v| v.tsc_adjust_delta);
+    let jump = |v: &VcpuResult| match v.write_honoured {
+        Some(true) => Some(v.tsc_adjust_delta),
+        Some(false) => Some(0),
+        None => None,
+    };
+    let jump0 = vcpus.first().and_then(jump);
     let est0 = samples
         .first()
         .map(|s| (s.after.estimated_offset(), s.after.estimate_error()));
     let off0 = samples.first().and_then(|s| s.after.offset);
     for (i, v) in vcpus.iter_mut().enumerate() {
-        let base = base_rel.get(i).copied().unwrap_or(0);
-        v.rel_offset_adjust = base.wrapping_add(v.tsc_adjust_delta.wrapping_sub(d0));
+        let b = base.rel.get(i).copied().flatten();
+        v.rel_offset_adjust = b
+            .unwrap_or(0)
+            .wrapping_add(v.tsc_adjust_delta.wrapping_sub(d0));
         v.rel_offset_attr = match (samples[i].after.offset, off0) {
             (Some(o), Some(o0)) => Some(signed_delta(o, o0)),
             _ => None,
@@ -318,16 +319,16 @@ pub fn analyse_round(
                 samples[i].after.estimate_error() + err0
             };
         }
-        // What the offsets should be now: moved if the writes took effect.
-        let expected_actual = match writes_honoured {
-            Some(true) => Some(v.rel_offset_adjust),
-            Some(false) => Some(base),
-            None => None,
+        // What the offsets should be now, when the base and both vCPUs'
+        // verdicts are known: moved by the writes that took effect.
+        let expected_actual = match (b, jump(v), jump0) {
+            (Some(b), Some(j), Some(j0)) => Some(b.wrapping_add(j.wrapping_sub(j0))),
+            _ => None,
         };
         if let (Some(exp), Some(attr)) = (expected_actual, v.rel_offset_attr) {
             if exp != attr {
                 disagreements.push(format!(
-                    "vCPU {}: relative offset is {attr} cycles by KVM_VCPU_TSC_OFFSET, \
+                    "vCPU {}: relative offset is {attr} cycles by the exact offsets, \
                      {exp} by TSC_ADJUST",
                     v.id
                 ));
@@ -341,11 +342,6 @@ pub fn analyse_round(
                     v.id, v.rel_offset_bracket, v.rel_offset_bracket_error
                 ));
             }
-        }
-    }
-    if writes_honoured == Some(true) {
-        for (b, v) in base_rel.iter_mut().zip(&vcpus) {
-            *b = v.rel_offset_adjust;
         }
     }
 
@@ -362,7 +358,9 @@ pub fn analyse_round(
         skew_cycles_attr: attr_all.then(|| spread(vcpus.iter().filter_map(|v| v.rel_offset_attr))),
         skew_cycles_bracket: spread(vcpus.iter().map(|v| v.rel_offset_bracket)),
         skew_cycles_bracket_error: bracket_error.saturating_mul(2),
-        writes_honoured,
+        writes_honoured: decision.verdict(),
+        undecided_vcpus,
+        skew_basis: base.basis,
         cpu0_exit_latency_cycles: vcpus.first().map_or(0, |v| v.exit_latency_cycles),
         disagreements,
         vcpus,
@@ -387,38 +385,6 @@ mod tests {
         assert_eq!(spread([0, -5, 7, 3]), 12);
         assert_eq!(spread([i64::MIN, i64::MAX]), u64::MAX);
         assert_eq!(spread(std::iter::empty()), 0);
-    }
-
-    #[test]
-    fn honoured_writes_are_decided_exactly_with_the_offset_attribute() {
-        assert_eq!(write_honoured(-500, Some(-500), 0, 0), (Some(true), None));
-        assert_eq!(write_honoured(-500, Some(0), 0, 0), (Some(false), None));
-        let (h, why) = write_honoured(-500, Some(-400), 0, 0);
-        assert_eq!(h, None);
-        assert!(why.expect("a disagreement").contains("-400"));
-    }
-
-    #[test]
-    fn honoured_writes_from_the_bracket_need_a_delta_above_the_error() {
-        assert_eq!(
-            write_honoured(-10_000, None, -9_000, 2_000),
-            (Some(true), None)
-        );
-        assert_eq!(
-            write_honoured(-10_000, None, 500, 2_000),
-            (Some(false), None)
-        );
-        assert_eq!(write_honoured(-1_000, None, -500, 2_000), (None, None));
-        assert!(write_honoured(-10_000, None, 50_000, 2_000).1.is_some());
-    }
-
-    #[test]
-    fn the_guest_sees_a_jump_only_when_one_timeline_is_impossible() {
-        // Written 1000, handled at 5000: honoured -> after ~1000+e.
-        assert_eq!(guest_saw_jump(1_000, 5_000, 1_200), Some(true));
-        assert_eq!(guest_saw_jump(1_000, 5_000, 5_200), None);
-        // Written above the TSC (moved forward): ignored -> after < written.
-        assert_eq!(guest_saw_jump(9_000, 5_000, 5_200), Some(false));
     }
 
     fn state(adjust: u64, offset: Option<u64>, tsc: u64, host: u64) -> TscState {
@@ -467,8 +433,7 @@ mod tests {
                 after: state((v as i64 - 1_010_000) as u64, Some(0), 2_000_010, 2_000_000),
             },
         ];
-        let mut base = vec![0; 2];
-        let r = analyse_round(0, "xen-6ca022a1", &samples, &mut base);
+        let r = analyse_round(0, "xen-6ca022a1", &samples, &Base::creation(2));
         assert_eq!(r.writes_honoured, Some(false));
         assert_eq!(r.skew_cycles, 7_000);
         assert_eq!(r.skew_cycles_attr, Some(0));
@@ -476,7 +441,12 @@ mod tests {
         assert_eq!(r.vcpus[0].tsc_at_write, 1_003_000);
         assert_eq!(r.vcpus[0].write_latency_cycles, 100);
         assert_eq!(r.cpu0_exit_latency_cycles, 17_000);
-        assert_eq!(base, vec![0, 0], "ignored writes leave the offsets alone");
+        assert_eq!(
+            r.vcpus[1].rel_offset_attr,
+            Some(0),
+            "ignored writes leave the offsets alone"
+        );
+        assert_eq!(r.vcpus[1].decided_by, Some(DecidedBy::Offsets));
         assert!(r.disagreements.is_empty(), "{:?}", r.disagreements);
     }
 
@@ -509,14 +479,13 @@ mod tests {
                 ),
             },
         ];
-        let mut base = vec![0; 2];
-        let r = analyse_round(0, "xen-head", &samples, &mut base);
+        let r = analyse_round(0, "xen-head", &samples, &Base::creation(2));
         assert_eq!(r.writes_honoured, Some(true));
         assert_eq!(r.skew_cycles, 7_000);
         assert_eq!(r.skew_cycles_attr, Some(7_000));
         assert_eq!(r.cpu0_exit_latency_cycles, 500);
         assert_eq!(r.vcpus[0].guest_saw_jump, Some(true));
-        assert_eq!(base, vec![0, -7_000]);
+        assert_eq!(r.vcpus[1].rel_offset_attr, Some(-7_000));
         assert!(r.disagreements.is_empty(), "{:?}", r.disagreements);
     }
 
@@ -546,8 +515,145 @@ mod tests {
                 ),
             },
         ];
-        let r = analyse_round(0, "xen-head", &samples, &mut [0, 0]);
+        let r = analyse_round(0, "xen-head", &samples, &Base::creation(2));
+        // KVM's evidence for vCPU 1 is inconsistent, so the guest's jump
+        // decides that the write took effect; the mismatch is reported.
+        assert_eq!(r.vcpus[1].host_saw_write, None);
+        assert_eq!(r.vcpus[1].decided_by, Some(DecidedBy::Guest));
+        assert!(r
+            .disagreements
+            .iter()
+            .any(|d| d.contains("vCPU 1: offset moved by -9000 cycles but TSC_ADJUST by -10000")));
+    }
+
+    /// Bracketed reads only (no exact offsets), a write whose delta is inside
+    /// the bracket's error: KVM's evidence is undecided, the guest's jump
+    /// decides, and nothing is reported as "not honoured".
+    #[test]
+    fn an_undecided_host_with_a_decisive_guest_is_honoured_by_the_guest() {
+        let v = 1_000_000u64;
+        let d: i64 = -3_000; // handled at 1_003_000
+        let sample = VcpuSample {
+            record: record(0, v, 1_002_900, v + 500),
+            // Brackets 10,000 wide: the estimate's error (10,000) exceeds |d|.
+            before: TscState {
+                host_after: 1_010_000,
+                ..state(0, None, 1_005_000, 1_000_000)
+            },
+            after: TscState {
+                host_after: 2_010_000,
+                ..state(d as u64, None, (2_005_000 + d) as u64, 2_000_000)
+            },
+        };
+        let r = analyse_round(0, "xen-head", &[sample], &Base::creation(1));
+        let c = &r.vcpus[0];
+        assert_eq!(c.host_saw_write, None, "the bracket cannot tell");
+        assert_eq!(c.guest_saw_jump, Some(true));
+        assert_eq!(c.write_honoured, Some(true));
+        assert_eq!(c.decided_by, Some(DecidedBy::Guest));
+        assert_eq!((r.writes_honoured, r.undecided_vcpus), (Some(true), 0));
+        assert!(r.disagreements.is_empty(), "{:?}", r.disagreements);
+    }
+
+    /// One vCPU decided, the other not: the round is honoured as far as the
+    /// evidence goes, not "some took effect and others did not".
+    #[test]
+    fn an_undecided_vcpu_is_not_a_mixed_round() {
+        let v = 1_000_000u64;
+        let mk = |id, d: i64, after_loop| VcpuSample {
+            record: record(id, v, (v as i64 - d - 100) as u64, after_loop),
+            before: TscState {
+                host_after: 1_010_000,
+                ..state(0, None, 1_005_000, 1_000_000)
+            },
+            after: TscState {
+                host_after: 2_010_000,
+                ..state(d as u64, None, (2_005_000 + d) as u64, 2_000_000)
+            },
+        };
+        // vCPU 0: |delta| 3,000 < error and an exit longer than the jump:
+        // neither side can tell. vCPU 1: a big jump both sides see.
+        let samples = [mk(0, -3_000, v + 5_000), mk(1, -900_000, v + 500)];
+        let r = analyse_round(0, "xen-head", &samples, &Base::creation(2));
+        assert_eq!(r.vcpus[0].write_honoured, None);
+        assert_eq!(r.vcpus[1].write_honoured, Some(true));
+        assert_eq!((r.writes_honoured, r.undecided_vcpus), (Some(true), 1));
+        assert!(
+            !r.disagreements
+                .iter()
+                .any(|d| d.contains("others' did not")),
+            "{:?}",
+            r.disagreements
+        );
+    }
+
+    /// KVM's exact offsets say the write was ignored, the guest says its TSC
+    /// jumped: contradictory, so undecided, and said.
+    #[test]
+    fn contradictory_evidence_is_undecided_and_reported() {
+        let v = 1_000_000u64;
+        let d: i64 = -900_000;
+        let sample = VcpuSample {
+            record: record(0, v, 1_899_900, v + 500),
+            before: state(0, Some(0), 1_000_000, 1_000_000),
+            after: state(d as u64, Some(0), 2_000_000, 2_000_000),
+        };
+        let r = analyse_round(0, "xen-head", &[sample], &Base::creation(1));
+        assert_eq!(r.vcpus[0].host_saw_write, Some(false));
+        assert_eq!(r.vcpus[0].guest_saw_jump, Some(true));
+        assert_eq!(r.vcpus[0].write_honoured, None);
         assert_eq!(r.writes_honoured, None);
-        assert!(r.disagreements.iter().any(|d| d.contains("vCPU 1")));
+        assert!(
+            r.disagreements
+                .iter()
+                .any(|d| d.contains("KVM says the write was ignored but the guest's TSC jumped")),
+            "{:?}",
+            r.disagreements
+        );
+    }
+
+    /// A relative offset's bracket error is the sum of both vCPUs' half
+    /// brackets: reads at opposite edges of their brackets are still inside.
+    #[test]
+    fn the_bracket_error_bar_covers_reads_anywhere_in_both_brackets() {
+        // vCPU 0's bracket [0, 1000], vCPU 1's [0, 3000]; both offsets are 0
+        // in truth. vCPU 0 was read at the start of its bracket (tsc 0),
+        // vCPU 1 at the end (tsc 3000): estimates -500 and +1500.
+        let s0 = TscState {
+            tsc: 0,
+            host_before: 0,
+            host_after: 1_000,
+            ..state(0, None, 0, 0)
+        };
+        let s1 = TscState {
+            tsc: 3_000,
+            host_before: 0,
+            host_after: 3_000,
+            ..state(0, None, 0, 0)
+        };
+        assert_eq!(
+            (s0.estimated_offset() as i64, s0.estimate_error()),
+            (-500, 500)
+        );
+        assert_eq!(
+            (s1.estimated_offset() as i64, s1.estimate_error()),
+            (1_500, 1_500)
+        );
+        let samples = [
+            VcpuSample {
+                record: record(0, 5_000, 4_000, 6_000),
+                before: s0,
+                after: s0,
+            },
+            VcpuSample {
+                record: record(1, 5_000, 4_000, 6_000),
+                before: s1,
+                after: s1,
+            },
+        ];
+        let r = analyse_round(0, "xen-head", &samples, &Base::creation(2));
+        // The estimate is off by 2,000 from the truth (0): exactly the bound.
+        assert_eq!(r.vcpus[1].rel_offset_bracket, 2_000);
+        assert_eq!(r.vcpus[1].rel_offset_bracket_error, 2_000);
     }
 }

@@ -2,10 +2,10 @@
 //! and round, the TSC_ADJUST delta equals the KVM_VCPU_TSC_OFFSET delta,
 //! exactly (KVM adds the delta of every guest TSC write to both).
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::{pvm_prefix, Check, Context, Evidence, Finding, Verdict};
-use crate::analysis::RoundResult;
+use super::{context, Check, Context, Evidence, Finding, Verdict};
+use crate::analysis::{RoundResult, VcpuResult};
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 
@@ -25,66 +25,80 @@ impl Check for AdjustEqualsOffset {
     fn run(&self, ev: &Evidence, _: &Context) -> Result<Finding, RunError> {
         Ok(judge(
             &ev.rounds,
-            ev.env.host.tsc_offset_attr,
+            ev.env.host.offset_source.exact(),
             ev.env.host.kvm_flavor,
         ))
     }
 }
 
 /// Check 3 from the rounds: every vCPU's TSC_ADJUST delta equals its offset
-/// delta, exactly.
-pub fn judge(rounds: &[RoundResult], offset_attr: bool, flavor: KvmFlavor) -> Finding {
-    let mut c = Finding::skip("");
-    if !offset_attr {
-        c.set(
-            Verdict::Skip,
-            "KVM_VCPU_TSC_OFFSET is absent (Linux < 5.16): offset deltas cannot be read exactly",
+/// delta, exactly. `exact` says whether exact offsets were read at all.
+pub fn judge(rounds: &[RoundResult], exact: bool, flavor: KvmFlavor) -> Finding {
+    if !exact {
+        return Finding::skip(
+            "no exact offsets: KVM_VCPU_TSC_OFFSET is absent (Linux < 5.16) and KVM's debugfs \
+             tsc-offset files could not be read (mount debugfs and run as root to read them)",
         );
-        return c;
     }
     let total: usize = rounds.iter().map(|r| r.vcpus.len()).sum();
-    let mismatches: Vec<Value> = rounds
+    let mismatches: Vec<(u32, &VcpuResult)> = rounds
         .iter()
         .flat_map(|r| r.vcpus.iter().map(move |v| (r.round, v)))
         .filter(|(_, v)| v.offset_delta != Some(v.tsc_adjust_delta))
-        .map(|(round, v)| {
-            json!({"round": round, "vcpu": v.id, "tsc_adjust_delta": v.tsc_adjust_delta,
-                   "offset_delta": v.offset_delta})
-        })
         .collect();
-    c.value("comparisons", total);
-    c.value("mismatches", mismatches.len());
-    match mismatches.first() {
-        _ if total == 0 => c.set(Verdict::Skip, "no rounds ran"),
-        Some(first) => {
-            c.value("first_mismatch", first);
-            c.set(
-                Verdict::Fail,
-                format!(
-                    "{}{} of {total} deltas differ, e.g. round {} vCPU {}: offset moved by {}, \
-                     TSC_ADJUST by {}",
-                    pvm_prefix(flavor),
-                    mismatches.len(),
-                    first["round"],
-                    first["vcpu"],
-                    first["offset_delta"],
-                    first["tsc_adjust_delta"]
-                ),
-            );
-        }
-        None => c.set(Verdict::Pass, format!("all {total} deltas equal")),
+    // Of the mismatches, those where the offset did not move at all while
+    // TSC_ADJUST recorded a write: the write was ignored.
+    let unmoved = mismatches
+        .iter()
+        .filter(|(_, v)| v.offset_delta == Some(0) && v.tsc_adjust_delta != 0)
+        .count();
+    let mut f = Finding::skip("no rounds ran")
+        .with("comparisons", total)
+        .with("mismatches", mismatches.len())
+        .with("offsets_unmoved", unmoved);
+    if total == 0 {
+        return f;
     }
-    c
+    let Some((round, first)) = mismatches.first() else {
+        f.set(Verdict::Pass, format!("all {total} deltas equal"));
+        return f;
+    };
+    f.value(
+        "first_mismatch",
+        json!({"round": round, "vcpu": first.id, "tsc_adjust_delta": first.tsc_adjust_delta,
+               "offset_delta": first.offset_delta}),
+    );
+    let what = if unmoved == mismatches.len() {
+        "the offsets did not move although TSC_ADJUST recorded every write: the writes were ignored"
+    } else if unmoved == 0 {
+        "the offsets moved by other amounts than the writes' deltas"
+    } else {
+        "some offsets did not move, others moved by other amounts than the writes' deltas"
+    };
+    f.set(
+        Verdict::Fail,
+        format!(
+            "{} of {total} deltas differ: {what}, e.g. round {round} vCPU {}: offset moved by {}, \
+             TSC_ADJUST by {}{}",
+            mismatches.len(),
+            first.id,
+            first
+                .offset_delta
+                .map_or_else(|| "?".to_string(), |d| d.to_string()),
+            first.tsc_adjust_delta,
+            context(flavor)
+        ),
+    );
+    f
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::testdata::{round, vcpu};
-    use super::super::PVM_REASON;
     use super::*;
 
     #[test]
-    fn check_3_passes_only_on_exact_equality_and_names_pvm() {
+    fn equal_deltas_pass_and_one_cycle_off_fails() {
         let good = [round(
             vec![
                 vcpu(0, -400, Some(-400), None),
@@ -93,16 +107,55 @@ mod tests {
             Some(true),
             100,
         )];
-        assert_eq!(judge(&good, true, KvmFlavor::Vmx).verdict, Verdict::Pass);
-        let off_by_one = [round(vec![vcpu(0, -400, Some(-399), None)], None, 0)];
+        let f = judge(&good, true, KvmFlavor::Vmx);
         assert_eq!(
-            judge(&off_by_one, true, KvmFlavor::Vmx).verdict,
-            Verdict::Fail
+            (f.verdict, f.reason.as_str()),
+            (Verdict::Pass, "all 2 deltas equal")
         );
-        let ignored = [round(vec![vcpu(0, -400, Some(0), None)], Some(false), 0)];
-        let c = judge(&ignored, true, KvmFlavor::Pvm);
-        assert_eq!(c.verdict, Verdict::Fail);
-        assert!(c.reason.starts_with(PVM_REASON), "{}", c.reason);
-        assert_eq!(judge(&good, false, KvmFlavor::Vmx).verdict, Verdict::Skip);
+        let off_by_one = [round(vec![vcpu(0, -400, Some(-399), None)], None, 0)];
+        let f = judge(&off_by_one, true, KvmFlavor::Vmx);
+        assert_eq!(f.verdict, Verdict::Fail);
+        assert!(
+            f.reason
+                .contains("moved by other amounts than the writes' deltas"),
+            "{}",
+            f.reason
+        );
+    }
+
+    /// Offsets that never move while TSC_ADJUST records every write: the
+    /// reason says so from the data; the hypervisor's name is context only.
+    #[test]
+    fn unmoved_offsets_are_named_from_the_data() {
+        let ignored = [round(
+            vec![vcpu(0, -400, Some(0), None), vcpu(1, -500, Some(0), None)],
+            Some(false),
+            0,
+        )];
+        let f = judge(&ignored, true, KvmFlavor::Pvm);
+        assert_eq!(f.verdict, Verdict::Fail);
+        assert!(
+            f.reason.starts_with(
+                "2 of 2 deltas differ: the offsets did not move although TSC_ADJUST recorded every write"
+            ),
+            "{}",
+            f.reason
+        );
+        assert!(f.reason.ends_with("(host: PVM)"), "{}", f.reason);
+        // The same data on another hypervisor gives the same reason.
+        let g = judge(&ignored, true, KvmFlavor::Vmx);
+        assert_eq!(
+            f.reason.trim_end_matches(" (host: PVM)"),
+            g.reason.trim_end_matches(" (host: VMX)")
+        );
+    }
+
+    #[test]
+    fn without_exact_offsets_there_is_nothing_to_compare() {
+        let r = [round(vec![vcpu(0, -400, None, None)], None, 0)];
+        let f = judge(&r, false, KvmFlavor::Svm);
+        assert_eq!(f.verdict, Verdict::Skip);
+        assert!(f.reason.contains("debugfs"), "{}", f.reason);
+        assert_eq!(judge(&[], true, KvmFlavor::Svm).verdict, Verdict::Skip);
     }
 }

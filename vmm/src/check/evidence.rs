@@ -71,11 +71,7 @@ pub fn measure(opts: &CheckOptions) -> Result<(Evidence, Option<RunError>), RunE
     let mut s = Session::start(opts.vcpus, opts.timeout)?;
     let initial = s.readback()?;
     let env = Environment {
-        host: HostInfo::collect(
-            initial.first().map(|t| t.tsc_khz),
-            s.has_offset_attr(),
-            s.guest_tsc_adjust(),
-        ),
+        host: HostInfo::collect(s.facts(&initial)),
         kvm_capabilities: s.kvm().map(capabilities).unwrap_or_default(),
     };
     let mut ev = Evidence {

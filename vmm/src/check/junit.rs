@@ -31,7 +31,7 @@ pub fn render(r: &CheckReport, seconds: f64) -> String {
     let skipped = r
         .checks
         .iter()
-        .filter(|c| !c.fails() && c.verdict == Verdict::Skip)
+        .filter(|c| !c.fails() && matches!(c.verdict, Verdict::Skip | Verdict::Undecided))
         .count();
     let mut x = String::new();
     let _ = writeln!(x, r#"<?xml version="1.0" encoding="UTF-8"?>"#);
@@ -64,6 +64,13 @@ pub fn render(r: &CheckReport, seconds: f64) -> String {
             e.tsc_khz.map(|k| k.to_string()).unwrap_or_default(),
         ),
         ("tsc_offset_attr".to_string(), e.tsc_offset_attr.to_string()),
+        (
+            "offset_source".to_string(),
+            serde_json::to_value(e.offset_source)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+        ),
         (
             "guest_tsc_adjust".to_string(),
             e.guest_tsc_adjust.to_string(),
@@ -110,7 +117,7 @@ pub fn render(r: &CheckReport, seconds: f64) -> String {
                 c.verdict.label(),
                 escape(&values)
             );
-        } else if c.verdict == Verdict::Skip {
+        } else if matches!(c.verdict, Verdict::Skip | Verdict::Undecided) {
             let _ = write!(
                 x,
                 "\n      <skipped message=\"{}\"/>\n    ",

@@ -8,9 +8,12 @@
 //! measures it in its [`Check::run`]. A new check is one new module plus one
 //! line in [`CHECKS`].
 //!
-//! Expectations are gated on the kernel version (5.10: guest TSC writes no
-//! longer snapped together; 5.16: the offset attribute) and on what the
-//! hypervisor was seen to do.
+//! A verdict comes from the evidence: FAIL needs evidence of failure,
+//! inconclusive evidence is UNDECIDED with its reason, and every reason is
+//! derived from the measured data (the hypervisor's name is only context).
+//! Expectations are gated on the kernel version only where the kernel's
+//! documented behaviour changed (before 5.10 guest TSC writes go through
+//! KVM's synchronisation heuristic).
 
 mod adjust_offset;
 pub mod baseline;
@@ -37,9 +40,6 @@ pub use report::{
     SCHEMA,
 };
 pub use text::render_text;
-
-/// The reason every check that needs offset changes gives on PVM.
-pub const PVM_REASON: &str = "the hypervisor ignores TSC offset changes (PVM)";
 
 /// What a check may use besides the evidence: the deadline.
 pub struct Context {
@@ -137,13 +137,10 @@ fn not_measured(e: &RunError) -> Finding {
     Finding::skip(format!("not measured: {e}"))
 }
 
-/// "{PVM_REASON}: " on PVM, else nothing.
-fn pvm_prefix(flavor: KvmFlavor) -> String {
-    if flavor == KvmFlavor::Pvm {
-        format!("{PVM_REASON}: ")
-    } else {
-        String::new()
-    }
+/// The hypervisor's name as context for a finding (never as its reason):
+/// ` (host: PVM)`.
+fn context(flavor: KvmFlavor) -> String {
+    format!(" (host: {})", flavor.name())
 }
 
 /// A finding for evidence that was not measured because the run stopped.

@@ -23,16 +23,22 @@ pub enum Verdict {
     /// It did not: a finding about the hypervisor.
     #[serde(rename = "FAIL")]
     Fail,
-    /// It does not apply to this host, or cannot be decided here.
+    /// It does not apply to this host, or was not measured.
     #[serde(rename = "SKIP")]
     Skip,
+    /// It applies, but the evidence could not decide it (the reason says
+    /// why): neither a pass nor a finding.
+    #[serde(rename = "UNDECIDED")]
+    Undecided,
 }
 
 impl Verdict {
-    /// How good the verdict is, for baseline comparison: PASS > SKIP > FAIL.
+    /// How good the verdict is, for baseline comparison:
+    /// PASS > UNDECIDED > SKIP > FAIL.
     pub fn rank(self) -> u8 {
         match self {
-            Verdict::Pass => 2,
+            Verdict::Pass => 3,
+            Verdict::Undecided => 2,
             Verdict::Skip => 1,
             Verdict::Fail => 0,
         }
@@ -44,6 +50,7 @@ impl Verdict {
             Verdict::Pass => "PASS",
             Verdict::Fail => "FAIL",
             Verdict::Skip => "SKIP",
+            Verdict::Undecided => "UNDECIDED",
         }
     }
 }
@@ -82,6 +89,11 @@ impl Finding {
     /// SKIP, because `reason`.
     pub fn skip(reason: impl Into<String>) -> Finding {
         Finding::new(Verdict::Skip, reason)
+    }
+
+    /// UNDECIDED, because `reason`.
+    pub fn undecided(reason: impl Into<String>) -> Finding {
+        Finding::new(Verdict::Undecided, reason)
     }
 
     /// Records a measured value under `key`.
@@ -230,6 +242,9 @@ pub struct Counts {
     pub failed: usize,
     /// SKIP.
     pub skipped: usize,
+    /// UNDECIDED.
+    #[serde(default)]
+    pub undecided: usize,
     /// Checks worse than in the baseline.
     pub regressed: usize,
 }
@@ -251,7 +266,8 @@ pub struct CheckReport {
     pub checks: Vec<CheckResult>,
     /// Verdict counts.
     pub counts: Counts,
-    /// Whether every check passed or was skipped and nothing regressed.
+    /// Whether no check failed, nothing regressed and the run completed
+    /// (skipped and undecided checks do not fail a run).
     pub ok: bool,
     /// Why the checks stopped before they were done (a signal); absent when
     /// they completed.
@@ -269,6 +285,7 @@ impl CheckReport {
                 Verdict::Pass => c.passed += 1,
                 Verdict::Fail => c.failed += 1,
                 Verdict::Skip => c.skipped += 1,
+                Verdict::Undecided => c.undecided += 1,
             }
             if k.baseline.as_ref().is_some_and(|b| b.regressed) {
                 c.regressed += 1;
@@ -299,6 +316,7 @@ pub(crate) mod tests {
                     clocksource: None,
                     tsc_khz: None,
                     tsc_offset_attr: true,
+                    offset_source: crate::tsc::OffsetSource::KvmVcpuTscOffset,
                     guest_tsc_adjust: true,
                 },
                 kvm_capabilities: BTreeMap::new(),

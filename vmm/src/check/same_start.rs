@@ -21,7 +21,7 @@ impl Check for SameStart {
         "every vCPU starts with the same TSC offset and frequency"
     }
     fn run(&self, ev: &Evidence, _: &Context) -> Result<Finding, RunError> {
-        Ok(judge(&ev.initial, ev.env.host.tsc_offset_attr))
+        Ok(judge(&ev.initial, ev.env.host.offset_source.exact()))
     }
 }
 

@@ -1,8 +1,18 @@
 //! Rounds made by hand for the judges' unit tests.
 
-use crate::analysis::{RoundResult, VcpuResult};
+use crate::analysis::{combine, DecidedBy, RoundResult, SkewBasis, VcpuResult};
 
+/// A vCPU's result: TSC_ADJUST moved by `adj`, the exact offset by `off`
+/// (`None`: no exact offsets, and then KVM's evidence is undecided), the
+/// guest saw its TSC jump (`jump`); the verdict combines both as the analysis
+/// does.
 pub fn vcpu(id: u32, adj: i64, off: Option<i64>, jump: Option<bool>) -> VcpuResult {
+    let host = off.and_then(|o| match (o == adj, o == 0) {
+        (true, false) => Some(true),
+        (false, true) => Some(false),
+        _ => None,
+    });
+    let (honoured, decided_by, _) = combine(host, DecidedBy::Offsets, jump);
     VcpuResult {
         id,
         tsc_adjust_delta: adj,
@@ -15,7 +25,9 @@ pub fn vcpu(id: u32, adj: i64, off: Option<i64>, jump: Option<bool>) -> VcpuResu
         tsc_at_write: 4_600,
         write_latency_cycles: 100,
         exit_latency_cycles: 100,
-        write_honoured: off.map(|o| o == adj),
+        write_honoured: honoured,
+        decided_by,
+        host_saw_write: host,
         guest_saw_jump: jump,
         rel_offset_adjust: 0,
         rel_offset_attr: None,
@@ -34,6 +46,8 @@ pub fn round(vcpus: Vec<VcpuResult>, honoured: Option<bool>, skew: u64) -> Round
         skew_cycles_bracket: 0,
         skew_cycles_bracket_error: 0,
         writes_honoured: honoured,
+        undecided_vcpus: 0,
+        skew_basis: SkewBasis::Offsets,
         cpu0_exit_latency_cycles: 100,
         disagreements: vec![],
         vcpus,

@@ -40,6 +40,7 @@ pub fn render_text(r: &CheckReport) -> String {
         },
         if e.guest_tsc_adjust { "yes" } else { "no" }
     );
+    let _ = writeln!(out, "  offsets from  {}", e.offset_source.describe());
     let o = &r.options;
     let _ = writeln!(
         out,
@@ -72,10 +73,11 @@ pub fn render_text(r: &CheckReport) -> String {
     let n = &r.counts;
     let _ = writeln!(
         out,
-        "\n{} passed, {} failed, {} skipped{}: {}",
+        "\n{} passed, {} failed, {} skipped, {} undecided{}: {}",
         n.passed,
         n.failed,
         n.skipped,
+        n.undecided,
         if n.regressed > 0 {
             format!(", {} regressed", n.regressed)
         } else {
@@ -83,9 +85,8 @@ pub fn render_text(r: &CheckReport) -> String {
         },
         if r.ok { "OK" } else { "FAILED" }
     );
-    if r.checks
-        .iter()
-        .any(|c| c.verdict == Verdict::Fail && c.reason.contains("(PVM)"))
+    if r.checks.iter().any(|c| c.verdict == Verdict::Fail)
+        && e.kvm_flavor == crate::host::KvmFlavor::Pvm
     {
         let _ = writeln!(
             out,

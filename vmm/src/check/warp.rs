@@ -1,10 +1,12 @@
 //! Check 5, `warp`: a guest-visible, lock-ordered warp test (Linux's
 //! `check_tsc_warp` pattern) on every vCPU after the rendezvous; the largest
-//! backwards step must not exceed the measured skew plus its error.
+//! backwards step must not exceed the measured skew plus its error, and the
+//! test must have had the resolution to see one.
 
 use super::{Check, Context, Evidence, Finding, Verdict};
 use crate::analysis;
 use crate::error::RunError;
+use crate::session::WarpSeen;
 use crate::tsc::TscState;
 
 /// Check 5.
@@ -24,52 +26,87 @@ impl Check for Warp {
         let Some(w) = &ev.warp else {
             return Ok(super::missing("warp test"));
         };
-        let seen: Vec<(u64, u64)> = w.seen.iter().map(|s| (s.max_warp, s.warps)).collect();
         Ok(judge(
             ev.options.vcpus,
             ev.options.warp_iterations,
-            &seen,
+            &w.seen,
             actual_skew(&w.after),
         ))
     }
 }
 
-/// Check 5 from the warp test's per-vCPU (largest step, steps) and the
-/// actual skew (skew, error, method) measured after it.
+/// Check 5 from what each vCPU saw in the warp test and the actual skew
+/// (skew, error, method) measured after it. A warp can only show when the
+/// lock passes between vCPUs faster than the skew between them: so FAIL needs
+/// a backwards step beyond the skew and its error, PASS needs the test to
+/// have had that resolution (warps within the skew, or a hand-off at least
+/// as short as the skew), and otherwise the check is UNDECIDED, saying why.
 pub fn judge(
     vcpus: u32,
     iterations: u64,
-    warp: &[(u64, u64)],
+    seen: &[WarpSeen],
     (skew, err, how): (u64, u64, &'static str),
 ) -> Finding {
-    let mut c = Finding::skip("");
-    let max_warp = warp.iter().map(|w| w.0).max().unwrap_or(0);
-    let warps: u64 = warp.iter().map(|w| w.1).sum();
-    c.value("max_warp_cycles", max_warp);
-    c.value("warps", warps);
-    c.value("iterations_per_vcpu", iterations);
-    c.value("skew_cycles", skew);
-    c.value("skew_error_cycles", err);
-    c.value("skew_method", how);
+    let max_warp = seen.iter().map(|w| w.max_warp).max().unwrap_or(0);
+    let warps: u64 = seen.iter().map(|w| w.warps).sum();
+    let handoffs: u64 = seen.iter().map(|w| w.handoffs).sum();
+    let shortest = seen.iter().filter_map(|w| w.shortest_handoff).min();
+    let limit = skew.saturating_add(err);
+    let mut f = Finding::skip("one vCPU: nothing to warp against")
+        .with("max_warp_cycles", max_warp)
+        .with("warps", warps)
+        .with("handoffs", handoffs)
+        .with("shortest_handoff_cycles", shortest)
+        .with("iterations_per_vcpu", iterations)
+        .with("skew_cycles", skew)
+        .with("skew_error_cycles", err)
+        .with("skew_method", how);
     if vcpus < 2 {
-        c.set(Verdict::Skip, "one vCPU: nothing to warp against");
-    } else if max_warp <= skew.saturating_add(err) {
-        c.set(
+        return f;
+    }
+    let skew_text = format!("skew {skew} ± {err} ({how})");
+    if max_warp > limit {
+        f.set(
+            Verdict::Fail,
+            format!(
+                "the guest saw its TSC go back by {max_warp} cycles, more than the measured {skew_text}"
+            ),
+        );
+    } else if handoffs == 0 {
+        f.set(
+            Verdict::Undecided,
+            format!(
+                "the lock never passed between vCPUs in {iterations} iterations each: the test \
+                 could not have seen a warp ({skew_text})"
+            ),
+        );
+    } else if warps > 0 {
+        f.set(
             Verdict::Pass,
             format!(
-                "largest backwards step {max_warp} cycles ({warps} steps) <= skew {skew} ± {err} ({how})"
+                "largest backwards step {max_warp} cycles ({warps} steps in {handoffs} hand-offs) \
+                 <= {skew_text}"
             ),
         );
     } else {
-        c.set(
-            Verdict::Fail,
-            format!(
-                "the guest saw its TSC go back by {max_warp} cycles, more than the measured skew \
-                 {skew} ± {err} ({how})"
+        match shortest {
+            Some(d) if d <= limit => f.set(
+                Verdict::Pass,
+                format!(
+                    "no backwards step in {handoffs} hand-offs, the shortest {d} cycles <= {skew_text}"
+                ),
             ),
-        );
+            _ => f.set(
+                Verdict::Undecided,
+                format!(
+                    "no backwards step, but the shortest of {handoffs} hand-offs took {} cycles, \
+                     more than the {skew_text}: a warp the skew could cause would not have shown",
+                    shortest.map_or_else(|| "?".into(), |d| d.to_string())
+                ),
+            ),
+        }
     }
-    c
+    f
 }
 
 /// The actual skew now: from the offsets (exact) when available, else the
@@ -93,18 +130,66 @@ fn actual_skew(states: &[TscState]) -> (u64, u64, &'static str) {
 mod tests {
     use super::*;
 
+    fn seen(max_warp: u64, warps: u64, handoffs: u64, shortest: Option<u64>) -> WarpSeen {
+        WarpSeen {
+            max_warp,
+            warps,
+            handoffs,
+            shortest_handoff: shortest,
+        }
+    }
+
     #[test]
-    fn check_5_compares_the_warp_with_the_skew_and_its_error() {
+    fn warps_within_the_skew_pass_and_beyond_it_fail() {
         let skew = (1_000, 50, "test");
+        let quiet = seen(0, 0, 10, Some(2_000));
+        let f = judge(2, 10, &[seen(1_050, 3, 5, None), quiet], skew);
+        assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
+        let f = judge(2, 10, &[seen(1_051, 1, 5, None), quiet], skew);
+        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
         assert_eq!(
-            judge(2, 10, &[(1_050, 3), (0, 0)], skew).verdict,
-            Verdict::Pass
+            judge(1, 10, &[seen(0, 0, 0, None)], skew).verdict,
+            Verdict::Skip
         );
-        assert_eq!(
-            judge(2, 10, &[(1_051, 1), (0, 0)], skew).verdict,
-            Verdict::Fail
+    }
+
+    /// No hand-off at all (each vCPU ran its iterations alone): the test
+    /// could not have seen anything. Not a PASS.
+    #[test]
+    fn no_hand_off_is_undecided() {
+        let f = judge(
+            2,
+            10,
+            &[seen(0, 0, 0, None), seen(0, 0, 0, None)],
+            (954_986, 0, "t"),
         );
-        assert_eq!(judge(1, 10, &[(0, 0)], skew).verdict, Verdict::Skip);
+        assert_eq!(f.verdict, Verdict::Undecided);
+        assert!(
+            f.reason.starts_with("the lock never passed between vCPUs"),
+            "{}",
+            f.reason
+        );
+    }
+
+    /// Hand-offs, no warp: a PASS only when a hand-off was at least as short
+    /// as the skew (a warp of that size would have shown), else undecided.
+    #[test]
+    fn the_shortest_hand_off_decides_whether_no_warp_means_anything() {
+        let skew = (1_000, 0, "t");
+        let fine = [seen(0, 0, 4, Some(900)), seen(0, 0, 3, Some(5_000))];
+        assert_eq!(judge(2, 10, &fine, skew).verdict, Verdict::Pass);
+        let coarse = [seen(0, 0, 4, Some(1_001)), seen(0, 0, 3, Some(5_000))];
+        let f = judge(2, 10, &coarse, skew);
+        assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
+        assert!(
+            f.reason
+                .contains("the shortest of 7 hand-offs took 1001 cycles"),
+            "{}",
+            f.reason
+        );
+        // With no skew at all, any hand-off is longer than the skew.
+        let f = judge(2, 10, &fine, (0, 0, "t"));
+        assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
     }
 
     fn state(offset: Option<u64>, tsc: u64, host: u64) -> TscState {

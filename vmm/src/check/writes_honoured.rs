@@ -2,8 +2,8 @@
 //! written value plus elapsed time (KVM's evidence, the guest's own, and a
 //! later guest read).
 
-use super::{pvm_prefix, Check, Context, Evidence, Finding, Verdict};
-use crate::analysis::RoundResult;
+use super::{context, Check, Context, Evidence, Finding, Verdict};
+use crate::analysis::{DecidedBy, RoundResult, VcpuResult};
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 
@@ -34,86 +34,117 @@ impl Check for WritesHonoured {
 }
 
 /// Check 4 from the rounds and a guest TSC read taken `host_elapsed` host
-/// cycles after the last round started: every write took effect, no guest
-/// saw its TSC not jump, and the later reads are the last written value plus
-/// (at most a few times) the elapsed time.
+/// cycles after the last round started. Every vCPU-round's verdict comes
+/// from the analysis (KVM's evidence when conclusive, else the guest's). FAIL
+/// needs evidence that a write did not take effect, or a later read that is
+/// not the written value plus elapsed time; vCPU-rounds neither side could
+/// decide make the check UNDECIDED; PASS needs every one decided honoured.
 pub fn judge(
     rounds: &[RoundResult],
     tsc_after: &[u64],
     host_elapsed: u64,
     flavor: KvmFlavor,
 ) -> Finding {
-    let mut c = Finding::skip("");
-    if rounds.is_empty() {
-        c.set(Verdict::Skip, "no rounds ran");
-        return c;
-    }
+    let all: Vec<&VcpuResult> = rounds.iter().flat_map(|r| &r.vcpus).collect();
+    let count = |p: &dyn Fn(&VcpuResult) -> bool| all.iter().filter(|v| p(v)).count();
+    let honoured = count(&|v| v.write_honoured == Some(true));
+    let ignored = count(&|v| v.write_honoured == Some(false));
+    let undecided = count(&|v| v.write_honoured.is_none());
+    let by_guest = count(&|v| v.decided_by == Some(DecidedBy::Guest));
+    let by_host = honoured + ignored - by_guest;
+    let contradictory = count(&|v| {
+        v.host_saw_write.is_some()
+            && v.guest_saw_jump.is_some()
+            && v.host_saw_write != v.guest_saw_jump
+    });
+    let no_jump = count(&|v| v.guest_saw_jump == Some(false));
     let last_written = rounds
         .last()
         .and_then(|r| r.vcpus.first())
         .map_or(0, |v| v.written_value);
-    let not_honoured = rounds
-        .iter()
-        .filter(|r| r.writes_honoured != Some(true))
-        .count();
-    let no_jump = rounds
-        .iter()
-        .flat_map(|r| &r.vcpus)
-        .filter(|v| v.guest_saw_jump == Some(false))
-        .count();
     // Scaled TSCs may run faster than the host's: allow a factor of 4.
     let bound = host_elapsed.saturating_mul(4).max(1);
     let read_ok = tsc_after
         .iter()
         .all(|&t| t.wrapping_sub(last_written) <= bound);
-    c.value("rounds_not_honoured", not_honoured);
-    c.value("vcpu_rounds_without_jump", no_jump);
-    c.value("last_written_value", last_written);
-    c.value("guest_tsc_after", tsc_after);
-    c.value("host_cycles_since_last_round", host_elapsed);
-    if not_honoured == 0 && no_jump == 0 && read_ok {
-        c.set(
-            Verdict::Pass,
+    let mut f = Finding::skip("no rounds ran")
+        .with("vcpu_rounds", all.len())
+        .with("honoured", honoured)
+        .with("not_honoured", ignored)
+        .with("undecided", undecided)
+        .with("decided_by_host", by_host)
+        .with("decided_by_guest", by_guest)
+        .with("contradictory", contradictory)
+        .with("vcpu_rounds_without_jump", no_jump)
+        .with("last_written_value", last_written)
+        .with("guest_tsc_after", tsc_after)
+        .with("host_cycles_since_last_round", host_elapsed);
+    if all.is_empty() {
+        return f;
+    }
+    let total = all.len();
+    if ignored > 0 || !read_ok {
+        let mut what = Vec::new();
+        if ignored > 0 && no_jump == ignored {
+            what.push(format!(
+                "{ignored} of {total} vCPU-rounds' writes did not take effect (the offsets did not \
+                 move and the guests' TSCs did not jump)"
+            ));
+        } else if ignored > 0 {
+            what.push(format!(
+                "{ignored} of {total} vCPU-rounds' writes did not take effect"
+            ));
+        }
+        if !read_ok {
+            what.push(
+                "a later guest read is not the last written value plus the elapsed time".into(),
+            );
+        }
+        f.set(
+            Verdict::Fail,
+            format!("{}{}", what.join("; "), context(flavor)),
+        );
+    } else if undecided > 0 {
+        let why = if contradictory > 0 {
+            format!(", {contradictory} of them because KVM's and the guest's evidence contradict each other")
+        } else {
+            String::new()
+        };
+        f.set(
+            Verdict::Undecided,
             format!(
-                "in all {} rounds every vCPU's TSC jumped to the written value and ran on from it",
-                rounds.len()
+                "{undecided} of {total} vCPU-rounds could not be decided (the offset change was \
+                 within the bracketed reads' error and the guest's TSC could not tell){why}; the \
+                 other {honoured} took effect"
             ),
         );
     } else {
-        c.set(
-            Verdict::Fail,
+        f.set(
+            Verdict::Pass,
             format!(
-                "{}{not_honoured} of {} rounds not honoured, {no_jump} vCPU-rounds without a TSC jump{}",
-                pvm_prefix(flavor),
-                rounds.len(),
-                if read_ok {
-                    ""
-                } else {
-                    ", a later guest read is not the written value plus elapsed time"
-                }
+                "in all {} rounds every vCPU's write took effect ({by_host} decided by KVM's \
+                 evidence, {by_guest} by the guest's) and its TSC ran on from the written value",
+                rounds.len()
             ),
         );
     }
-    c
+    f
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::testdata::{round, vcpu};
-    use super::super::PVM_REASON;
     use super::*;
 
     #[test]
-    fn check_4_needs_honoured_writes_jumps_and_a_plausible_later_read() {
+    fn honoured_writes_and_a_plausible_later_read_pass() {
         let r = [round(
             vec![vcpu(0, -400, Some(-400), Some(true))],
             Some(true),
             0,
         )];
-        assert_eq!(
-            judge(&r, &[5_500], 1_000, KvmFlavor::Svm).verdict,
-            Verdict::Pass
-        );
+        let f = judge(&r, &[5_500], 1_000, KvmFlavor::Svm);
+        assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
         // The later read is below the value written: the TSC did not move.
         assert_eq!(
             judge(&r, &[4_000], 1_000, KvmFlavor::Svm).verdict,
@@ -124,17 +155,85 @@ mod tests {
             judge(&r, &[5_000 + 10_000], 1_000, KvmFlavor::Svm).verdict,
             Verdict::Fail
         );
-        let no_jump = [round(
-            vec![vcpu(0, -400, Some(-400), Some(false))],
+    }
+
+    /// A true ignored write: the offsets did not move, the guest's TSC did
+    /// not jump: FAIL, with the reason taken from that evidence.
+    #[test]
+    fn a_truly_ignored_write_fails_with_its_evidence() {
+        let r = [round(
+            vec![vcpu(0, -400, Some(0), Some(false))],
+            Some(false),
+            0,
+        )];
+        let f = judge(&r, &[5_500], 1_000, KvmFlavor::Pvm);
+        assert_eq!(f.verdict, Verdict::Fail);
+        assert!(
+            f.reason.starts_with(
+                "1 of 1 vCPU-rounds' writes did not take effect (the offsets did not move and the guests' TSCs did not jump)"
+            ),
+            "{}",
+            f.reason
+        );
+        assert!(f.reason.ends_with(" (host: PVM)"), "{}", f.reason);
+    }
+
+    /// KVM's evidence undecided (no exact offsets, tiny delta), the guest saw
+    /// its TSC jump: decided by the guest, and the check passes.
+    #[test]
+    fn undecided_host_evidence_with_a_decisive_guest_passes() {
+        let r = [round(
+            vec![
+                vcpu(0, -400, None, Some(true)),
+                vcpu(1, -900, None, Some(true)),
+            ],
             Some(true),
             0,
         )];
-        assert_eq!(
-            judge(&no_jump, &[5_500], 1_000, KvmFlavor::Svm).verdict,
-            Verdict::Fail
+        let f = judge(&r, &[5_500, 5_600], 1_000, KvmFlavor::Svm);
+        assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
+        assert_eq!(f.values["decided_by_guest"], 2);
+        assert!(
+            f.reason
+                .contains("0 decided by KVM's evidence, 2 by the guest's"),
+            "{}",
+            f.reason
         );
-        let pvm = [round(vec![vcpu(0, -400, Some(0), None)], Some(false), 0)];
-        let c = judge(&pvm, &[5_500], 1_000, KvmFlavor::Pvm);
-        assert!(c.verdict == Verdict::Fail && c.reason.starts_with(PVM_REASON));
+    }
+
+    /// Neither side decided one vCPU-round: UNDECIDED, never "not honoured",
+    /// never FAIL.
+    #[test]
+    fn a_vcpu_round_neither_side_decides_is_undecided_not_a_failure() {
+        let r = [
+            round(vec![vcpu(0, -400, Some(-400), Some(true))], Some(true), 0),
+            round(vec![vcpu(0, -300, None, None)], None, 0),
+        ];
+        let f = judge(&r, &[5_500], 1_000, KvmFlavor::Svm);
+        assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
+        assert!(
+            f.reason
+                .starts_with("1 of 2 vCPU-rounds could not be decided"),
+            "{}",
+            f.reason
+        );
+        assert_eq!(f.values["not_honoured"], 0);
+    }
+
+    /// The offsets say ignored, the guest's TSC jumped: contradictory, so
+    /// undecided; the check never says "not honoured" while the guest saw the
+    /// jump.
+    #[test]
+    fn contradictory_evidence_is_undecided_and_said() {
+        let r = [round(vec![vcpu(0, -400, Some(0), Some(true))], None, 0)];
+        let f = judge(&r, &[5_500], 1_000, KvmFlavor::Svm);
+        assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
+        assert!(f.reason.contains("contradict"), "{}", f.reason);
+        assert!(!f.reason.contains("did not take effect"), "{}", f.reason);
+    }
+
+    #[test]
+    fn no_rounds_is_a_skip() {
+        assert_eq!(judge(&[], &[], 0, KvmFlavor::Svm).verdict, Verdict::Skip);
     }
 }

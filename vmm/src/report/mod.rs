@@ -176,9 +176,10 @@ pub fn summarize_run(rounds: &[RoundResult], tsc_khz: Option<u32>) -> RunSummary
     }
 }
 
-/// Whether the writes took effect in every round: the common value, or None.
+/// Whether the writes took effect, over all rounds: the common verdict of
+/// the decided rounds, or None when none was decided or they differ.
 pub fn overall_honoured(rounds: &[RoundResult]) -> Option<bool> {
-    crate::analysis::agreement(rounds.iter().map(|r| r.writes_honoured)).flatten()
+    crate::analysis::Decision::of(rounds.iter().map(|r| r.writes_honoured)).verdict()
 }
 
 /// Builds the report of one variant's run from what it said about itself and
@@ -216,6 +217,8 @@ mod tests {
             skew_cycles_bracket: 0,
             skew_cycles_bracket_error: 0,
             writes_honoured: honoured,
+            undecided_vcpus: 0,
+            skew_basis: crate::analysis::SkewBasis::Offsets,
             cpu0_exit_latency_cycles: 10,
             disagreements: Vec::new(),
             vcpus: Vec::new(),
@@ -235,7 +238,7 @@ mod tests {
     }
 
     #[test]
-    fn honoured_overall_only_when_every_round_agrees() {
+    fn honoured_overall_when_every_decided_round_agrees() {
         assert_eq!(
             overall_honoured(&[round(0, 1, Some(true)), round(1, 1, Some(true))]),
             Some(true)
@@ -244,6 +247,12 @@ mod tests {
             overall_honoured(&[round(0, 1, Some(true)), round(1, 1, Some(false))]),
             None
         );
+        // An undecided round counts for neither side.
+        assert_eq!(
+            overall_honoured(&[round(0, 1, Some(true)), round(1, 1, None)]),
+            Some(true)
+        );
+        assert_eq!(overall_honoured(&[round(0, 1, None)]), None);
         assert_eq!(overall_honoured(&[]), None);
     }
 }

@@ -187,15 +187,7 @@ pub fn render_text(r: &Report) -> String {
     if let Some(c) = &h.clocksource {
         let _ = writeln!(out, "  Clocksource      {c}");
     }
-    let _ = writeln!(
-        out,
-        "  Offset readback  {}",
-        if h.tsc_offset_attr {
-            "KVM_VCPU_TSC_OFFSET (exact)"
-        } else {
-            "not available (Linux < 5.16): TSC_ADJUST and bracketed reads only"
-        }
-    );
+    let _ = writeln!(out, "  Offset readback  {}", h.offset_source.describe());
 
     let overall = agreement(r.runs.iter().map(|v| v.writes_honoured)).flatten();
     let _ = writeln!(out, "\nDid the hypervisor honour the guest's TSC writes?");

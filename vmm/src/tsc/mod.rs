@@ -1,12 +1,17 @@
 //! Reading a vCPU's TSC state back through KVM, while it is outside KVM_RUN.
 //!
 //! Per vCPU: IA32_TSC_ADJUST (KVM_GET_MSRS), IA32_TSC bracketed by host TSC
-//! reads (an error bar), the KVM_VCPU_TSC_OFFSET attribute (Linux >= 5.16) and
-//! KVM_GET_TSC_KHZ.
+//! reads (an error bar), the exact TSC offset where the kernel shows it
+//! ([`OffsetSource`]: the KVM_VCPU_TSC_OFFSET attribute on Linux >= 5.16, else
+//! KVM's debugfs) and KVM_GET_TSC_KHZ.
+
+pub mod debugfs;
+
+use std::path::Path;
 
 use kvm_bindings::{kvm_device_attr, kvm_msr_entry, Msrs};
 use kvm_ioctls::VcpuFd;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use vmm_sys_util::errno;
 use vmm_sys_util::ioctl::ioctl_with_ref;
 
@@ -40,6 +45,8 @@ pub enum TscError {
     GetOffset(#[source] errno::Error),
     /// KVM_GET_TSC_KHZ: {0}
     GetTscKhz(String),
+    /// reading the TSC offset from KVM's debugfs: {0}
+    Debugfs(#[source] std::io::Error),
 }
 
 /// One vCPU's TSC state as KVM reports it.
@@ -53,7 +60,8 @@ pub struct TscState {
     pub host_before: u64,
     /// Host TSC just after.
     pub host_after: u64,
-    /// The vCPU's TSC offset (KVM_VCPU_TSC_OFFSET), when KVM has the attribute.
+    /// The vCPU's exact TSC offset, where the kernel shows it (see
+    /// [`OffsetSource`]).
     pub offset: Option<u64>,
     /// The vCPU's TSC frequency in kHz.
     pub tsc_khz: u32,
@@ -115,6 +123,94 @@ pub fn get_offset(vcpu: &VcpuFd) -> Result<u64, TscError> {
     Ok(value)
 }
 
+/// Where the exact per-vCPU TSC offsets come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OffsetSource {
+    /// The vCPU attribute KVM_VCPU_TSC_OFFSET (Linux >= 5.16).
+    KvmVcpuTscOffset,
+    /// KVM's debugfs, `<pid>-<vm fd>/vcpu<N>/tsc-offset` (any kernel, as
+    /// root with debugfs mounted).
+    Debugfs,
+    /// Neither: no exact offsets; the bracketed reads are the only estimate.
+    None,
+}
+
+impl OffsetSource {
+    /// How reports name it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            OffsetSource::KvmVcpuTscOffset => "KVM_VCPU_TSC_OFFSET (exact)",
+            OffsetSource::Debugfs => "KVM debugfs tsc-offset (exact)",
+            OffsetSource::None => {
+                "none: no KVM_VCPU_TSC_OFFSET (Linux < 5.16) and no readable KVM debugfs"
+            }
+        }
+    }
+
+    /// Whether the offsets it gives are exact.
+    pub fn exact(self) -> bool {
+        self != OffsetSource::None
+    }
+}
+
+/// Test-only: the name of an offset source to use instead of the best one
+/// (`debugfs` or `none`), to exercise the fallbacks on a kernel that has the
+/// attribute.
+pub const OFFSET_SOURCE_ENV: &str = "TSC_RENDEZVOUS_TEST_OFFSET_SOURCE";
+
+/// Reads one vCPU's exact offset, from wherever this kernel shows it.
+#[derive(Debug)]
+pub enum OffsetReader {
+    /// KVM_GET_DEVICE_ATTR(KVM_VCPU_TSC_OFFSET).
+    Attr,
+    /// The vCPU's debugfs file.
+    Debugfs(debugfs::OffsetFile),
+    /// No exact source.
+    None,
+}
+
+impl OffsetReader {
+    /// The best source for every vCPU of a VM: the attribute when vCPU 0 has
+    /// it, else every vCPU's debugfs file under `vm_dir` when all of them can
+    /// be read, else none.
+    pub fn choose(vcpus: &[VcpuFd], vm_dir: Option<&Path>) -> Vec<OffsetReader> {
+        let forced = std::env::var(OFFSET_SOURCE_ENV).unwrap_or_default();
+        let attr = forced.is_empty() && vcpus.first().is_some_and(has_offset_attr);
+        if attr {
+            return vcpus.iter().map(|_| OffsetReader::Attr).collect();
+        }
+        if let (Some(dir), false) = (vm_dir, forced == "none") {
+            let files: Result<Vec<_>, _> = (0..vcpus.len() as u32)
+                .map(|i| debugfs::OffsetFile::open(dir, i))
+                .collect();
+            match files {
+                Ok(f) => return f.into_iter().map(OffsetReader::Debugfs).collect(),
+                Err(e) => log::info!("no exact TSC offsets from debugfs ({}): {e}", dir.display()),
+            }
+        }
+        vcpus.iter().map(|_| OffsetReader::None).collect()
+    }
+
+    /// Which source this is.
+    pub fn source(&self) -> OffsetSource {
+        match self {
+            OffsetReader::Attr => OffsetSource::KvmVcpuTscOffset,
+            OffsetReader::Debugfs(_) => OffsetSource::Debugfs,
+            OffsetReader::None => OffsetSource::None,
+        }
+    }
+
+    /// The vCPU's offset now (`None` without an exact source).
+    pub fn read(&self, vcpu: &VcpuFd) -> Result<Option<u64>, TscError> {
+        match self {
+            OffsetReader::Attr => get_offset(vcpu).map(Some),
+            OffsetReader::Debugfs(f) => f.read().map(Some).map_err(TscError::Debugfs),
+            OffsetReader::None => Ok(None),
+        }
+    }
+}
+
 /// A reusable KVM_GET_MSRS buffer for one MSR, so that reading a vCPU back
 /// every round allocates nothing.
 pub struct MsrReader {
@@ -173,31 +269,22 @@ pub fn set_msr(vcpu: &VcpuFd, index: u32, data: u64) -> Result<(), TscError> {
     Ok(())
 }
 
-/// Reads IA32_TSC_ADJUST only.
-pub fn read_adjust(vcpu: &VcpuFd) -> Result<u64, TscError> {
-    get_msr(vcpu, MSR_IA32_TSC_ADJUST)
-}
-
-/// Reads everything; `with_offset` says whether the offset attribute exists.
-pub fn read(vcpu: &VcpuFd, with_offset: bool) -> Result<TscState, TscError> {
-    read_with(vcpu, with_offset, &mut MsrReader::new()?)
+/// Reads everything, the offset through `offsets`.
+pub fn read(vcpu: &VcpuFd, offsets: &OffsetReader) -> Result<TscState, TscError> {
+    read_with(vcpu, offsets, &mut MsrReader::new()?)
 }
 
 /// As [`read`], with a reusable MSR buffer (no allocation).
 pub fn read_with(
     vcpu: &VcpuFd,
-    with_offset: bool,
+    offsets: &OffsetReader,
     msrs: &mut MsrReader,
 ) -> Result<TscState, TscError> {
     let adjust = msrs.get(vcpu, MSR_IA32_TSC_ADJUST)?;
     let host_before = host_rdtsc();
     let tsc = msrs.get(vcpu, MSR_IA32_TSC)?;
     let host_after = host_rdtsc();
-    let offset = if with_offset {
-        Some(get_offset(vcpu)?)
-    } else {
-        None
-    };
+    let offset = offsets.read(vcpu)?;
     let tsc_khz = vcpu
         .get_tsc_khz()
         .map_err(|e| TscError::GetTscKhz(e.to_string()))?;

@@ -148,7 +148,7 @@ pub struct VcpuThread {
     commands: Receiver<Command>,
     events: Sender<Event>,
     stop: Arc<AtomicBool>,
-    with_offset: bool,
+    offsets: tsc::OffsetReader,
     console: Vec<u8>,
     done_reported: bool,
     /// Reused for every readback (None only if it could not be allocated:
@@ -173,7 +173,7 @@ impl VcpuThread {
         mut fd: VcpuFd,
         commands: Receiver<Command>,
         events: Sender<Event>,
-        with_offset: bool,
+        offsets: tsc::OffsetReader,
     ) -> (VcpuThread, Kicker) {
         let stop = Arc::new(AtomicBool::new(false));
         let kicker = Kicker {
@@ -187,7 +187,7 @@ impl VcpuThread {
                 commands,
                 events,
                 stop,
-                with_offset,
+                offsets,
                 console: Vec::new(),
                 done_reported: false,
                 msrs: tsc::MsrReader::new().ok(),
@@ -218,8 +218,8 @@ impl VcpuThread {
                     Event::Readback {
                         vcpu: self.index,
                         state: match &mut self.msrs {
-                            Some(m) => tsc::read_with(&self.fd, self.with_offset, m),
-                            None => tsc::read(&self.fd, self.with_offset),
+                            Some(m) => tsc::read_with(&self.fd, &self.offsets, m),
+                            None => tsc::read(&self.fd, &self.offsets),
                         },
                     },
                     false,

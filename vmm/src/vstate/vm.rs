@@ -312,8 +312,11 @@ pub fn read_command(mem: &GuestMemoryMmap, index: u32) -> Result<CommandSlot, Vm
 
 /// Zeroes the warp test's shared state (all vCPUs must be parked).
 pub fn reset_warp(mem: &GuestMemoryMmap) -> Result<(), VmError> {
-    mem.write_slice(&[0u8; 64], GuestAddress(layout::WARP))
-        .map_err(mem_err)
+    mem.write_slice(
+        &[0u8; tsc_sync::warp::WARP_SHARED_SIZE],
+        GuestAddress(layout::WARP),
+    )
+    .map_err(mem_err)
 }
 
 #[cfg(test)]
