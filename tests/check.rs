@@ -58,7 +58,35 @@ fn verdicts_match_the_host_and_every_format_is_well_formed() {
         return;
     }
     let junit = tmp("junit.xml");
-    let (out, doc) = check(&["--junit", junit.to_str().unwrap_or("junit.xml")]);
+    let ktap_path = tmp("check.ktap");
+    let (out, doc) = check(&[
+        "--junit",
+        junit.to_str().unwrap_or("junit.xml"),
+        "--ktap",
+        ktap_path.to_str().unwrap_or("check.ktap"),
+    ]);
+
+    // KTAP: valid by the grammar, one result per check, in order, each one
+    // saying what the JSON says.
+    common::ktap::self_test();
+    let ktap = std::fs::read_to_string(&ktap_path).expect("KTAP file written");
+    let _ = std::fs::remove_file(&ktap_path);
+    let results = common::ktap::validate(&ktap).unwrap_or_else(|e| panic!("{e}\n{ktap}"));
+    let checks = doc["checks"].as_array().expect("checks");
+    assert_eq!(results.len(), checks.len(), "{ktap}");
+    for (r, c) in results.iter().zip(checks) {
+        assert_eq!(r.description, c["id"].as_str().unwrap_or(""), "{ktap}");
+        let (ok, skip) = match c["verdict"].as_str().unwrap_or("") {
+            "PASS" => (true, false),
+            "FAIL" => (false, false),
+            _ => (true, true),
+        };
+        assert_eq!(
+            (r.ok, r.directive.as_deref() == Some("SKIP")),
+            (ok, skip),
+            "{ktap}"
+        );
+    }
 
     let schema: Value =
         serde_json::from_str(include_str!("../vmm/schema/check-v1.json")).expect("schema is JSON");

@@ -1,5 +1,8 @@
 //! Helpers shared by the integration tests.
 
+#[allow(dead_code)]
+pub mod ktap;
+
 /// Whether /dev/kvm is usable. Without it a KVM test is skipped with a
 /// message, except when `CI` is set: then this panics, so that CI can never
 /// pass by skipping the tests that need KVM.

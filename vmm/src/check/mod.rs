@@ -19,6 +19,7 @@ mod adjust_offset;
 pub mod baseline;
 pub mod evidence;
 pub mod junit;
+pub mod ktap;
 mod report;
 mod same_start;
 mod skew_threshold;

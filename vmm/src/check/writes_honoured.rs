@@ -85,14 +85,32 @@ pub fn judge(
     let total = all.len();
     if ignored > 0 || !read_ok {
         let mut what = Vec::new();
-        if ignored > 0 && no_jump == ignored {
+        if ignored > 0 {
+            let by = |d: DecidedBy| {
+                count(&|v| v.write_honoured == Some(false) && v.decided_by == Some(d))
+            };
+            let mut evidence = Vec::new();
+            for (d, words) in [
+                (DecidedBy::Offsets, "the exact offsets did not move"),
+                (
+                    DecidedBy::BracketedReads,
+                    "the bracketed reads show the offsets did not move",
+                ),
+                (DecidedBy::Guest, "the guests' TSCs did not jump"),
+            ] {
+                let k = by(d);
+                if k == ignored {
+                    evidence.push(words.to_string());
+                } else if k > 0 {
+                    evidence.push(format!("{words} ({k})"));
+                }
+            }
+            if no_jump == ignored && by(DecidedBy::Guest) == 0 {
+                evidence.push("the guests' TSCs did not jump either".into());
+            }
             what.push(format!(
-                "{ignored} of {total} vCPU-rounds' writes did not take effect (the offsets did not \
-                 move and the guests' TSCs did not jump)"
-            ));
-        } else if ignored > 0 {
-            what.push(format!(
-                "{ignored} of {total} vCPU-rounds' writes did not take effect"
+                "{ignored} of {total} vCPU-rounds' writes did not take effect: {}",
+                evidence.join(", ")
             ));
         }
         if !read_ok {
@@ -170,7 +188,7 @@ mod tests {
         assert_eq!(f.verdict, Verdict::Fail);
         assert!(
             f.reason.starts_with(
-                "1 of 1 vCPU-rounds' writes did not take effect (the offsets did not move and the guests' TSCs did not jump)"
+                "1 of 1 vCPU-rounds' writes did not take effect: the exact offsets did not move, the guests' TSCs did not jump either"
             ),
             "{}",
             f.reason

@@ -14,7 +14,7 @@ use super::args::{
     parse_one_variant, parse_percent, parse_positive, parse_rounds, parse_timeout, parse_vcpus,
 };
 use super::common::{cannot_run, install_stop_handlers, Exit};
-use crate::check::{self, baseline, junit, CheckOptions};
+use crate::check::{self, baseline, junit, ktap, CheckOptions};
 use crate::options::default_timeout;
 use crate::report;
 use crate::stop;
@@ -54,6 +54,11 @@ pub struct CheckArgs {
     /// Also write a JUnit XML file (one testcase per check).
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+
+    /// Also write the results in KTAP version 1, the kernel selftests'
+    /// format (one result line per check; SKIP and UNDECIDED as `# SKIP`).
+    #[arg(long, value_name = "FILE")]
+    pub ktap: Option<PathBuf>,
 
     /// Compare with an earlier `check --json` result: a check whose verdict
     /// got worse (PASS > SKIP > FAIL), a missing check, or a median skew that
@@ -131,6 +136,14 @@ fn check(args: &CheckArgs) -> Result<Exit, Exit> {
         std::fs::write(path, xml).map_err(|e| {
             cannot_run(format_args!(
                 "cannot write the JUnit file {}: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    if let Some(path) = &args.ktap {
+        std::fs::write(path, ktap::render(&report)).map_err(|e| {
+            cannot_run(format_args!(
+                "cannot write the KTAP file {}: {e}",
                 path.display()
             ))
         })?;
