@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use tsc_sync::{rendezvous, Cpu, Outcome, Shared, Variant};
+use tsc_sync::{rendezvous, Cpu, Readings, Shared, Variant};
 use tsc_vmm::tsc::host_rdtsc;
 
 /// A CPU whose TSC is the host's plus an offset, as under a hypervisor.
@@ -36,7 +36,7 @@ impl Cpu for SimCpu {
 
 /// Runs `reps` rendezvous on `n` threads; returns each repetition's outcomes
 /// and the semaphore values seen at the end.
-fn run(variant: Variant, n: u32, reps: usize) -> Vec<(Vec<Outcome>, u32)> {
+fn run(variant: Variant, n: u32, reps: usize) -> Vec<(Vec<Readings>, u32)> {
     let shared = Arc::new(Shared::new());
     let barrier = Arc::new(Barrier::new(n as usize));
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -67,16 +67,16 @@ fn run(variant: Variant, n: u32, reps: usize) -> Vec<(Vec<Outcome>, u32)> {
                         "exactly one TSC write per round"
                     );
                     barrier.wait();
-                    outs.push(Outcome {
+                    outs.push(Readings {
                         tsc_first: u64::from(shared.semaphore.load(Ordering::SeqCst)),
-                        ..Outcome::default()
+                        ..Readings::default()
                     });
                 }
                 outs
             })
         })
         .collect();
-    let per_cpu: Vec<Vec<Outcome>> = handles
+    let per_cpu: Vec<Vec<Readings>> = handles
         .into_iter()
         .map(|h| h.join().expect("rendezvous thread"))
         .collect();

@@ -192,13 +192,13 @@ impl Shared {
 
 /// What one CPU measured in one rendezvous.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Readings {
     /// The CPU's first-iteration TSC (Xen's `tsc` local, after `tsc += !tsc`).
     /// For [`xen_std_rendezvous`], which has no iterations, its only TSC read
     /// (the value Xen hands to the tail).
     pub tsc_first: u64,
     /// The value this CPU wrote to its TSC on the last iteration (0 when
-    /// nothing was written, see [`Outcome::wrote`]).
+    /// nothing was written, see [`Readings::wrote`]).
     pub written: u64,
     /// The TSC read just before that write (0 when nothing was written).
     pub tsc_before_write: u64,
@@ -322,7 +322,7 @@ impl XenAlgorithm {
     /// Runs the algorithm on CPU `cpu` of `total` (see [`xen_tsc_rendezvous`]
     /// and [`xen_std_rendezvous`]).
     #[inline]
-    pub fn run<C: Cpu>(self, shared: &Shared, cpu: u32, total: u32, ops: &mut C) -> Outcome {
+    pub fn run<C: Cpu>(self, shared: &Shared, cpu: u32, total: u32, ops: &mut C) -> Readings {
         match self {
             XenAlgorithm::Tsc(params) => xen_tsc_rendezvous(params, shared, cpu, total, ops),
             XenAlgorithm::Std => xen_std_rendezvous(shared, cpu, total, ops),
@@ -347,7 +347,7 @@ pub fn rendezvous<C: Cpu>(
     cpu: u32,
     total: u32,
     ops: &mut C,
-) -> Outcome {
+) -> Readings {
     match XenAlgorithm::for_variant(variant) {
         Some(alg) => alg.run(shared, cpu, total, ops),
         None => panic!("tsc-sync: no rendezvous for this variant"),
@@ -369,13 +369,13 @@ pub fn xen_tsc_rendezvous<C: Cpu>(
     cpu: u32,
     total: u32,
     ops: &mut C,
-) -> Outcome {
+) -> Readings {
     let r = shared;
     let (stamp, max_stamp) = r.stamps(params.stamps);
     let mut tsc: u64 = 0;
     // The seed's latched copy of `r->master_tsc_stamp`.
     let mut master_tsc: u64 = 0;
-    let mut out = Outcome::default();
+    let mut out = Readings::default();
 
     // `i = 4, 3, 2, 1, 0`; `i == 0` is the last iteration.
     for i in (0..ITERATIONS).rev() {
@@ -469,7 +469,7 @@ fn final_write<C: Cpu>(
     params: &XenParams,
     master_tsc: u64,
     ops: &mut C,
-    out: &mut Outcome,
+    out: &mut Readings,
 ) {
     let value = if params.latched {
         master_tsc
@@ -497,11 +497,11 @@ fn final_write<C: Cpu>(
 /// calibration, so zero `shared` before every call). Then every CPU reads its
 /// TSC with `rdtsc_ordered()`, the value Xen hands to the tail.
 ///
-/// Returns that read as [`Outcome::tsc_first`] and [`Outcome::tsc_after_loop`],
-/// with [`Outcome::wrote`] false and `written`/`tsc_before_write` 0. Calls
+/// Returns that read as [`Readings::tsc_first`] and [`Readings::tsc_after_loop`],
+/// with [`Readings::wrote`] false and `written`/`tsc_before_write` 0. Calls
 /// [`Cpu::iteration_start`] once, with 0, and never [`Cpu::before_write`].
 /// Requirements on `total` and `cpu` as for [`xen_tsc_rendezvous`].
-pub fn xen_std_rendezvous<C: Cpu>(shared: &Shared, cpu: u32, total: u32, ops: &mut C) -> Outcome {
+pub fn xen_std_rendezvous<C: Cpu>(shared: &Shared, cpu: u32, total: u32, ops: &mut C) -> Readings {
     let r = shared;
     ops.iteration_start(0);
     if cpu == 0 {
@@ -518,7 +518,7 @@ pub fn xen_std_rendezvous<C: Cpu>(shared: &Shared, cpu: u32, total: u32, ops: &m
         }
     }
     let tsc = ops.rdtsc_ordered();
-    Outcome {
+    Readings {
         tsc_first: tsc,
         written: 0,
         tsc_before_write: 0,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{run_cpus, Setup, Sim};
 use tsc_sync::{
-    rendezvous, xen_std_rendezvous, xen_tsc_rendezvous, Cpu, Outcome, Shared, StampPlace, Variant,
+    rendezvous, xen_std_rendezvous, xen_tsc_rendezvous, Cpu, Readings, Shared, StampPlace, Variant,
     XenAlgorithm, XenParams, ITERATIONS, OWN_LINE_MASTER_TSC_STAMP_OFFSET,
     OWN_LINE_MAX_TSC_STAMP_OFFSET, SHARED_SIZE, XEN_4_15, XEN_6CA022A1, XEN_HEAD, XEN_RFC_V3,
 };
@@ -403,7 +403,7 @@ fn existing_variants_behave_as_before() {
         assert_eq!(new_cpu.log, old_cpu.log, "{}", v.name());
         assert_eq!(
             new,
-            Outcome {
+            Readings {
                 tsc_first: old.tsc_first,
                 written: old.written,
                 tsc_before_write: old.tsc_before_write,
