@@ -7,7 +7,8 @@
 
 use proptest::prelude::*;
 use tsc_contract::{
-    layout, progress_word, Progress, RecordError, RoundRecord, Variant, RECORD_MAGIC, RECORD_SIZE,
+    layout, progress_word, Progress, RecordError, RoundRecord, Variant, RECORD_MAGIC,
+    RECORD_NO_TSC_WRITE, RECORD_SIZE,
 };
 use tsc_vmm::analysis::{analyse_round, Base, RoundAccumulator, SkewBasis, VcpuSample};
 use tsc_vmm::guest_image::{check, load, EMBEDDED};
@@ -147,8 +148,11 @@ proptest! {
     fn the_analysis_never_panics_on_validated_records(
         recs in proptest::collection::vec((any_record(), any_state(), any_state()), 1..5),
         rel in proptest::collection::vec(proptest::option::of(any::<i64>()), 5),
+        no_write in any::<bool>(),
     ) {
         let n = recs.len();
+        // Both kinds of record: a common TSC write, or none (xen-std).
+        let variant = if no_write { Variant::XenStd } else { Variant::XenHead };
         let samples: Vec<VcpuSample> = recs
             .into_iter()
             .enumerate()
@@ -156,31 +160,37 @@ proptest! {
                 record.magic = RECORD_MAGIC;
                 record.vcpu = i as u32;
                 record.round = 0;
-                record.variant = 3;
+                record.variant = variant as u32;
                 record.flags &= 1;
                 record.reserved = 0;
-                record.written = record.written.max(record.tsc_first);
-                record.tsc_before_write = record.tsc_before_write.max(record.tsc_first);
+                if no_write {
+                    record.flags |= RECORD_NO_TSC_WRITE;
+                    record.written = 0;
+                    record.tsc_before_write = 0;
+                } else {
+                    record.written = record.written.max(record.tsc_first);
+                    record.tsc_before_write = record.tsc_before_write.max(record.tsc_first);
+                }
                 VcpuSample { record, before, after }
             })
             .collect();
         for s in &samples {
-            prop_assert!(s.record.validate(s.record.vcpu, 0, 3).is_ok());
+            prop_assert!(s.record.validate(s.record.vcpu, 0, variant as u32).is_ok());
         }
-        let r = analyse_round(0, "xen-head", &samples, &Base::creation(n));
+        let r = analyse_round(0, "xen-head", &samples, &Base::creation(n), None);
         prop_assert_eq!(r.vcpus.len(), n);
         // Any base, known or not, from any history.
         let base = Base { rel: rel[..n].to_vec(), basis: SkewBasis::Assumed };
-        let r = analyse_round(0, "xen-head", &samples, &base);
+        let r = analyse_round(0, "xen-head", &samples, &base, None);
         prop_assert_eq!(r.vcpus.len(), n);
         // The accumulator over two rounds, from the "before" states.
         let before: Vec<_> = samples.iter().map(|s| s.before).collect();
         let after: Vec<_> = samples.iter().map(|s| s.after).collect();
         let records: Vec<_> = samples.iter().map(|s| s.record).collect();
         let mut acc = RoundAccumulator::new(&before);
-        acc.add(0, Variant::XenHead, &records, &after);
+        acc.add(0, variant, &records, &after, None);
         let again: Vec<_> = records.iter().map(|r| RoundRecord { round: 1, ..*r }).collect();
-        prop_assert_eq!(acc.add(1, Variant::XenHead, &again, &before).vcpus.len(), n);
+        prop_assert_eq!(acc.add(1, variant, &again, &before, None).vcpus.len(), n);
     }
 
     #[test]

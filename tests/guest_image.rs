@@ -32,11 +32,16 @@ fn code_segments(elf: &[u8]) -> Vec<(u64, &[u8])> {
 }
 
 fn is_forbidden(i: &Instruction) -> bool {
-    // Fences and PAUSE carry the SSE/SSE2 CPUID bit but touch no SSE or x87
-    // state; the rendezvous needs lfence (rdtsc_ordered) and pause.
+    // Fences, PAUSE and PREFETCHT0 carry the SSE/SSE2 CPUID bit but touch no
+    // SSE or x87 state; the rendezvous needs lfence (rdtsc_ordered), pause,
+    // and (the RFC v3 variant) prefetcht0.
     if matches!(
         i.mnemonic(),
-        Mnemonic::Lfence | Mnemonic::Mfence | Mnemonic::Sfence | Mnemonic::Pause
+        Mnemonic::Lfence
+            | Mnemonic::Mfence
+            | Mnemonic::Sfence
+            | Mnemonic::Pause
+            | Mnemonic::Prefetcht0
     ) {
         return false;
     }
@@ -83,11 +88,18 @@ fn the_checker_catches_sse_and_x87() {
         "{:?}",
         forbidden_in(0, &code)
     );
-    // mov rax, rbx; rdtsc; wrmsr; pause; lock inc dword ptr [rdi]
+    // mov rax, rbx; rdtsc; wrmsr; pause; lock inc dword ptr [rdi];
+    // prefetcht0 [rdi]
     let fine = [
-        0x48, 0x89, 0xd8, 0x0f, 0x31, 0x0f, 0x30, 0xf3, 0x90, 0xf0, 0xff, 0x07,
+        0x48, 0x89, 0xd8, 0x0f, 0x31, 0x0f, 0x30, 0xf3, 0x90, 0xf0, 0xff, 0x07, 0x0f, 0x18, 0x0f,
     ];
-    assert!(forbidden_in(0, &fine).is_empty());
+    assert!(
+        forbidden_in(0, &fine).is_empty(),
+        "{:?}",
+        forbidden_in(0, &fine)
+    );
+    // prefetchnta is not needed and stays forbidden with the rest of SSE.
+    assert_eq!(forbidden_in(0, &[0x0f, 0x18, 0x07]).len(), 1);
 }
 
 #[test]

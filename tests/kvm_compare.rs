@@ -161,7 +161,13 @@ fn compare_measures_every_variant_in_balanced_order_and_outputs_agree() {
         .map(|r| (r.seq, r.block, r.variant.clone()))
         .collect();
     order.sort();
-    let expected = plan(&Variant::ALL, rounds, warmup, 0, seed);
+    let expected = plan(
+        &[Variant::Xen415, Variant::Xen6ca022a1, Variant::XenHead],
+        rounds,
+        warmup,
+        0,
+        seed,
+    );
     let planned: Vec<&str> = expected[0].measured.iter().map(|v| v.name()).collect();
     let ran: Vec<&str> = order.iter().map(|(_, _, v)| v.as_str()).collect();
     assert_eq!(ran, planned, "the rounds ran in the seeded order");

@@ -74,6 +74,23 @@ pub mod layout {
     pub const COMMANDS: u64 = 0x3_0000;
     /// The warp test's shared state (command mode), one page.
     pub const WARP: u64 = 0x3_8000;
+    /// Linux's sync: the source/target protocol's shared state, one page.
+    pub const SYNC: u64 = 0x3_9000;
+    /// Linux's sync: per-vCPU results ([`SYNC_RESULT_SIZE`] bytes each; vCPU
+    /// 0's holds the source's summary, every AP's its own pair's result).
+    pub const SYNC_RESULTS: u64 = 0x4_0000;
+    /// Size of one vCPU's sync result slot.
+    pub const SYNC_RESULT_SIZE: u64 = 192;
+
+    /// Guest physical address of vCPU `index`'s sync result slot.
+    pub const fn sync_result(index: u32) -> u64 {
+        SYNC_RESULTS + index as u64 * SYNC_RESULT_SIZE
+    }
+
+    const _: () = assert!(WARP + 0x1000 <= SYNC);
+    const _: () = assert!(SYNC + 0x1000 <= SYNC_RESULTS);
+    const _: () = assert!(sync_result(MAX_VCPUS) <= IMAGE);
+    const _: () = assert!(SYNC_RESULT_SIZE.is_multiple_of(64));
 
     /// Guest physical address of vCPU `index`'s command slot.
     pub const fn command(index: u32) -> u64 {
@@ -82,7 +99,7 @@ pub mod layout {
 
     const _: () = assert!(progress(MAX_VCPUS) <= COMMANDS);
     const _: () = assert!(command(MAX_VCPUS) <= WARP);
-    const _: () = assert!(WARP + 0x1000 <= IMAGE);
+
     const _: () = assert!(RECORDS >= RENDEZVOUS + 0x1000);
     const _: () = assert!(IMAGE_END <= STACKS);
     const _: () = assert!(PROGRESS >= record(MAX_VCPUS));
@@ -116,7 +133,7 @@ pub const CONFIG_MAGIC: u32 = 0x5453_4352; // "RCST" little-endian
 /// Written into [`RoundRecord::magic`] by the guest.
 pub const RECORD_MAGIC: u32 = 0x4443_5254; // "TRCD"
 /// Version of this contract; host and guest refuse to work with another.
-pub const CONTRACT_VERSION: u32 = 2;
+pub const CONTRACT_VERSION: u32 = 3;
 
 /// The rendezvous variants, by their Xen state. The discriminants travel in
 /// [`Config::variant`] and [`RoundRecord::variant`].
@@ -131,11 +148,29 @@ pub enum Variant {
     Xen6ca022a1 = 2,
     /// Xen HEAD (f1a042b9): as the seed, plus one PAUSE right after the write.
     XenHead = 3,
+    /// Jan Beulich's RFC v3 4/4 (Feb 2021, not merged): `master_tsc_stamp` on
+    /// a cache line of its own, prefetched on the non-final iterations; the
+    /// final write reads it right after the release, as before the seed.
+    XenRfcV3 = 4,
+    /// `time_calibration_std_rendezvous()`: one pass, no TSC write; the
+    /// no-write baseline.
+    XenStd = 5,
+    /// Linux's `tsc_sync.c`: CPU 0 as source against each AP in turn, a
+    /// lock-ordered warp test, TSC_ADJUST compensations on the AP.
+    LinuxTscSync = 6,
 }
 
 impl Variant {
-    /// Every variant, oldest first.
-    pub const ALL: [Variant; 3] = [Variant::Xen415, Variant::Xen6ca022a1, Variant::XenHead];
+    /// Every variant: Xen's three states first (oldest first), then the
+    /// other members of the family.
+    pub const ALL: [Variant; 6] = [
+        Variant::Xen415,
+        Variant::Xen6ca022a1,
+        Variant::XenHead,
+        Variant::XenRfcV3,
+        Variant::XenStd,
+        Variant::LinuxTscSync,
+    ];
 
     /// The variant's user-facing name.
     pub const fn name(self) -> &'static str {
@@ -143,6 +178,9 @@ impl Variant {
             Variant::Xen415 => "xen-4.15",
             Variant::Xen6ca022a1 => "xen-6ca022a1",
             Variant::XenHead => "xen-head",
+            Variant::XenRfcV3 => "xen-rfc-v3",
+            Variant::XenStd => "xen-std",
+            Variant::LinuxTscSync => "linux-tsc-sync",
         }
     }
 
@@ -152,8 +190,21 @@ impl Variant {
             1 => Some(Variant::Xen415),
             2 => Some(Variant::Xen6ca022a1),
             3 => Some(Variant::XenHead),
+            4 => Some(Variant::XenRfcV3),
+            5 => Some(Variant::XenStd),
+            6 => Some(Variant::LinuxTscSync),
             _ => None,
         }
+    }
+
+    /// Whether every vCPU writes IA32_TSC with one common value (Xen's TSC
+    /// rendezvous); `false` for the std rendezvous (no write) and Linux's
+    /// sync (TSC_ADJUST compensations on the APs).
+    pub const fn writes_common_tsc(self) -> bool {
+        matches!(
+            self,
+            Variant::Xen415 | Variant::Xen6ca022a1 | Variant::XenHead | Variant::XenRfcV3
+        )
     }
 
     /// Looks a variant up by its name.
@@ -221,6 +272,13 @@ pub struct Config {
     pub inject_iteration: u32,
     /// [`Inject::Delay`]: cycles to spin before the final TSC write.
     pub inject_cycles: u64,
+    // --- Linux's tsc_sync (appended). ---
+    /// [`Variant::LinuxTscSync`]: the window of an AP that is the first CPU
+    /// of its package (Linux: 20 ms), in TSC cycles.
+    pub sync_first_window_cycles: u64,
+    /// [`Variant::LinuxTscSync`]: the window of any other AP (Linux: 2 ms),
+    /// in TSC cycles.
+    pub sync_window_cycles: u64,
 }
 
 /// [`Config::flags`]: instead of `rounds` rendezvous, execute the host's
@@ -228,7 +286,7 @@ pub struct Config {
 pub const CONFIG_COMMAND_MODE: u32 = 1 << 0;
 
 /// Size of [`Config`] in bytes.
-pub const CONFIG_SIZE: usize = 48;
+pub const CONFIG_SIZE: usize = 64;
 const _: () = assert!(size_of::<Config>() == CONFIG_SIZE);
 const _: () = assert!(offset_of!(Config, vcpus) == 8);
 const _: () = assert!(offset_of!(Config, variant) == 16);
@@ -238,6 +296,8 @@ const _: () = assert!(offset_of!(Config, inject_vcpu) == 28);
 const _: () = assert!(offset_of!(Config, inject_round) == 32);
 const _: () = assert!(offset_of!(Config, inject_iteration) == 36);
 const _: () = assert!(offset_of!(Config, inject_cycles) == 40);
+const _: () = assert!(offset_of!(Config, sync_first_window_cycles) == 48);
+const _: () = assert!(offset_of!(Config, sync_window_cycles) == 56);
 
 impl Config {
     /// The bytes the host writes at [`layout::CONFIG`] (little-endian, x86).
@@ -259,6 +319,8 @@ impl Config {
             b[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
         }
         b[40..48].copy_from_slice(&self.inject_cycles.to_le_bytes());
+        b[48..56].copy_from_slice(&self.sync_first_window_cycles.to_le_bytes());
+        b[56..64].copy_from_slice(&self.sync_window_cycles.to_le_bytes());
         b
     }
 }
@@ -501,6 +563,14 @@ impl CommandSlot {
 /// [`RoundRecord::flags`]: the guest has IA32_TSC_ADJUST (CPUID.(7,0):EBX[1]) and
 /// the `adjust_*` fields are real readings.
 pub const RECORD_HAS_TSC_ADJUST: u32 = 1 << 0;
+/// [`RoundRecord::flags`]: the vCPU wrote no common value to IA32_TSC this
+/// round (the std rendezvous, Linux's sync): `written` and
+/// `tsc_before_write` are 0; `tsc_first` and `tsc_after_loop` are the TSC at
+/// the start and the end of the round.
+pub const RECORD_NO_TSC_WRITE: u32 = 1 << 1;
+/// [`RoundRecord::flags`]: the round ran Linux's sync; this vCPU's result is
+/// in its [`layout::sync_result`] slot.
+pub const RECORD_SYNC_RESULT: u32 = 1 << 2;
 
 /// What one vCPU measured in one round. The guest writes it before reporting
 /// [`ports::ROUND_DONE`]; all TSC values are raw guest `rdtsc` readings.
@@ -573,6 +643,8 @@ pub enum RecordError {
     /// The TSC before the final write is below the first-iteration TSC: time ran
     /// backwards inside one round, or the record is corrupt.
     TimeWentBackwards,
+    /// A record of a variant that writes no common TSC value names one.
+    WrittenWithoutWrite,
 }
 
 impl core::fmt::Display for RecordError {
@@ -594,6 +666,9 @@ impl core::fmt::Display for RecordError {
             }
             RecordError::TimeWentBackwards => {
                 f.write_str("TSC before the write is below the first-iteration TSC")
+            }
+            RecordError::WrittenWithoutWrite => {
+                f.write_str("a variant that writes no common TSC value recorded one")
             }
         }
     }
@@ -657,8 +732,23 @@ impl RoundRecord {
                 found: self.variant,
             });
         }
-        if self.flags & !RECORD_HAS_TSC_ADJUST != 0 || self.reserved != 0 {
+        let known = RECORD_HAS_TSC_ADJUST | RECORD_NO_TSC_WRITE | RECORD_SYNC_RESULT;
+        if self.flags & !known != 0 || self.reserved != 0 {
             return Err(RecordError::BadFlags(self.flags | self.reserved));
+        }
+        // Which kind of record the variant must give.
+        let writes = Variant::from_raw(variant).is_some_and(Variant::writes_common_tsc);
+        let sync = variant == Variant::LinuxTscSync as u32;
+        if (self.flags & RECORD_NO_TSC_WRITE == 0) != writes
+            || (self.flags & RECORD_SYNC_RESULT != 0) != sync
+        {
+            return Err(RecordError::BadFlags(self.flags));
+        }
+        if !writes {
+            if self.written != 0 || self.tsc_before_write != 0 {
+                return Err(RecordError::WrittenWithoutWrite);
+            }
+            return Ok(());
         }
         if self.written < self.tsc_first {
             return Err(RecordError::WrittenBelowFirst);
@@ -712,6 +802,8 @@ mod tests {
             inject_round: 7,
             inject_iteration: 2,
             inject_cycles: 0x0102_0304_0506_0708,
+            sync_first_window_cycles: 20_000_000,
+            sync_window_cycles: 0x1112_1314_1516_1718,
         };
         // SAFETY: Config is repr(C), integers only, no padding (size checked
         // at compile time), so every byte is initialised.
@@ -781,6 +873,47 @@ mod tests {
             ..ok
         };
         assert_eq!(bad.validate(3, 7, 3), Err(RecordError::TimeWentBackwards));
+        // A no-write variant's record: the flag must be there, nothing written.
+        let std = Variant::XenStd as u32;
+        let none = RoundRecord {
+            variant: std,
+            flags: RECORD_NO_TSC_WRITE,
+            written: 0,
+            tsc_before_write: 0,
+            ..ok
+        };
+        assert_eq!(none.validate(3, 7, std), Ok(()));
+        assert!(matches!(
+            RoundRecord { flags: 0, ..none }.validate(3, 7, std),
+            Err(RecordError::BadFlags(_))
+        ));
+        assert_eq!(
+            RoundRecord { written: 5, ..none }.validate(3, 7, std),
+            Err(RecordError::WrittenWithoutWrite)
+        );
+        // A writing variant's record may not claim it wrote nothing.
+        assert!(matches!(
+            RoundRecord {
+                flags: RECORD_NO_TSC_WRITE,
+                ..ok
+            }
+            .validate(3, 7, 3),
+            Err(RecordError::BadFlags(_))
+        ));
+        // Linux's sync: no common write, and its result slot is announced.
+        let linux = Variant::LinuxTscSync as u32;
+        let sync = RoundRecord {
+            variant: linux,
+            flags: RECORD_NO_TSC_WRITE | RECORD_SYNC_RESULT,
+            ..none
+        };
+        assert_eq!(sync.validate(3, 7, linux), Ok(()));
+        assert!(RoundRecord {
+            flags: RECORD_NO_TSC_WRITE,
+            ..sync
+        }
+        .validate(3, 7, linux)
+        .is_err());
     }
 
     #[test]
@@ -791,6 +924,9 @@ mod tests {
         }
         assert_eq!(Variant::from_name("xen-4.16"), None);
         assert_eq!(Variant::from_raw(0), None);
+        assert_eq!(Variant::from_raw(7), None);
+        let writes = Variant::ALL.map(Variant::writes_common_tsc);
+        assert_eq!(writes, [true, true, true, true, false, false]);
     }
 
     #[test]
@@ -870,6 +1006,11 @@ mod tests {
                 layout::MAX_VCPUS as u64 * COMMAND_SLOT_SIZE as u64,
             ),
             (layout::WARP, 0x1000),
+            (layout::SYNC, 0x1000),
+            (
+                layout::SYNC_RESULTS,
+                layout::MAX_VCPUS as u64 * layout::SYNC_RESULT_SIZE,
+            ),
             (
                 layout::PROGRESS,
                 layout::MAX_VCPUS as u64 * layout::PROGRESS_STRIDE,

@@ -97,6 +97,26 @@ impl Cpu for Hw {
         // (no `nomem`), as Xen's cpu_relax().
         unsafe { asm!("pause", options(nostack, preserves_flags)) };
     }
+
+    #[inline(always)]
+    fn prefetch(&mut self, addr: *const u8) {
+        // SAFETY: prefetcht0 is a hint: it never faults, even on an invalid
+        // address, and changes no architectural state (it carries the SSE
+        // CPUID bit but touches no SSE register).
+        unsafe {
+            asm!("prefetcht0 [{}]", in(reg) addr, options(nostack, preserves_flags, readonly))
+        };
+    }
+}
+
+impl tsc_sync::TscAdjust for Hw {
+    fn read_tsc_adjust(&mut self) -> u64 {
+        rdmsr(IA32_TSC_ADJUST)
+    }
+
+    fn write_tsc_adjust(&mut self, value: u64) {
+        wrmsr(IA32_TSC_ADJUST, value);
+    }
 }
 
 /// `wrmsr`.

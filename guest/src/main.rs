@@ -21,10 +21,13 @@ use core::ptr::{read_volatile, write_volatile};
 use tsc_contract::{
     layout, ports, progress_word, CommandSlot, Config, Inject, Op, PanicCode, RoundRecord, Variant,
     CONFIG_COMMAND_MODE, CONFIG_MAGIC, CONTRACT_VERSION, PROGRESS_PAST_LOOP, RECORD_HAS_TSC_ADJUST,
-    RECORD_MAGIC,
+    RECORD_MAGIC, RECORD_NO_TSC_WRITE, RECORD_SYNC_RESULT,
 };
+use tsc_sync::linux::{LinuxApResult, LinuxSummary};
 use tsc_sync::warp::{warp_test, WarpShared};
-use tsc_sync::{rendezvous, Cpu, Shared};
+use tsc_sync::{
+    linux_tsc_sync, Cpu, LinuxParams, LinuxShared, LinuxSyncResult, Readings, Shared, XenAlgorithm,
+};
 
 core::arch::global_asm!(
     ".section .text._start, \"ax\"",
@@ -87,8 +90,9 @@ extern "C" fn guest_main(index: u64) -> ! {
         },
         delay_cycles: config.inject_cycles,
     };
+    let windows = (config.sync_first_window_cycles, config.sync_window_cycles);
     if config.flags & CONFIG_COMMAND_MODE != 0 {
-        command_loop(&mut ops, index, config.vcpus, has_adjust);
+        command_loop(&mut ops, index, config.vcpus, has_adjust, windows);
     }
 
     for round in 0..config.rounds {
@@ -101,6 +105,7 @@ extern "C" fn guest_main(index: u64) -> ! {
             raw_variant,
             round,
             has_adjust,
+            windows,
         );
         let hit = round == config.inject_round;
         if hit && corrupt == Inject::CorruptIndex {
@@ -110,9 +115,7 @@ extern "C" fn guest_main(index: u64) -> ! {
             rec.tsc_first = u64::MAX;
             rec.written = 1;
         }
-        // SAFETY: vCPU `index`'s record slot is inside guest RAM (the layout
-        // holds MAX_VCPUS records) and written by this vCPU only.
-        unsafe { write_volatile(layout::record(index) as *mut RoundRecord, rec) };
+        store_record(index, &rec);
         if hit && corrupt == Inject::CorruptSize {
             cpu::out16(ports::ROUND_DONE, round as u16);
         }
@@ -123,6 +126,30 @@ extern "C" fn guest_main(index: u64) -> ! {
     cpu::halt_forever()
 }
 
+/// Writes vCPU `index`'s record for the host, one volatile store per field:
+/// a volatile copy of the whole struct may be compiled into SSE moves, which
+/// the guest must not contain.
+fn store_record(index: u32, r: &RoundRecord) {
+    let p = layout::record(index) as *mut RoundRecord;
+    // SAFETY: vCPU `index`'s record slot is inside guest RAM (the layout holds
+    // MAX_VCPUS records, 8-byte aligned) and written by this vCPU only; each
+    // store writes one field of it.
+    unsafe {
+        write_volatile(&raw mut (*p).magic, r.magic);
+        write_volatile(&raw mut (*p).vcpu, r.vcpu);
+        write_volatile(&raw mut (*p).round, r.round);
+        write_volatile(&raw mut (*p).variant, r.variant);
+        write_volatile(&raw mut (*p).flags, r.flags);
+        write_volatile(&raw mut (*p).reserved, r.reserved);
+        write_volatile(&raw mut (*p).tsc_first, r.tsc_first);
+        write_volatile(&raw mut (*p).written, r.written);
+        write_volatile(&raw mut (*p).tsc_before_write, r.tsc_before_write);
+        write_volatile(&raw mut (*p).tsc_after_loop, r.tsc_after_loop);
+        write_volatile(&raw mut (*p).adjust_before, r.adjust_before);
+        write_volatile(&raw mut (*p).adjust_after, r.adjust_after);
+    }
+}
+
 /// The rendezvous' shared state.
 fn shared() -> &'static Shared {
     // SAFETY: the rendezvous page is guest RAM reserved for it, 64-byte aligned,
@@ -131,8 +158,50 @@ fn shared() -> &'static Shared {
     unsafe { &*(layout::RENDEZVOUS as *const Shared) }
 }
 
-/// Runs one rendezvous of `raw_variant` as round `round` and returns this
-/// vCPU's record (not yet written).
+/// Linux's sync's shared state.
+fn sync_shared() -> &'static LinuxShared {
+    // SAFETY: the sync page is guest RAM reserved for it, zeroed by the VMM
+    // before every round while all vCPUs are parked; `LinuxShared` is made of
+    // atomics, so shared access from every vCPU is sound.
+    unsafe { &*(layout::SYNC as *const LinuxShared) }
+}
+
+/// One round of Linux's sync on this vCPU: its result goes to its sync
+/// result slot; returns the TSC at the start and the end.
+fn linux_round(
+    ops: &mut cpu::Hw,
+    index: u32,
+    vcpus: u32,
+    has_adjust: bool,
+    (first, rest): (u64, u64),
+) -> Readings {
+    let start = ops.rdtsc_ordered();
+    let params = LinuxParams::new(has_adjust, first, rest);
+    let slot = layout::sync_result(index);
+    match linux_tsc_sync(sync_shared(), index, vcpus, params, ops) {
+        // SAFETY: vCPU `index`'s slot is guest RAM reserved for it
+        // (layout::sync_result, 192 bytes, 64-byte aligned), written by this
+        // vCPU only; both result types fit it.
+        LinuxSyncResult::Source(summary) => unsafe {
+            summary.write_volatile_to(slot as *mut LinuxSummary)
+        },
+        // SAFETY: as above.
+        LinuxSyncResult::Target(result) => unsafe {
+            result.write_volatile_to(slot as *mut LinuxApResult)
+        },
+    }
+    let end = ops.rdtsc_ordered();
+    Readings {
+        tsc_first: start,
+        written: 0,
+        tsc_before_write: 0,
+        tsc_after_loop: end,
+        wrote: false,
+    }
+}
+
+/// Runs one round of `raw_variant` as round `round` and returns this vCPU's
+/// record (not yet written).
 fn one_round(
     ops: &mut cpu::Hw,
     index: u32,
@@ -140,6 +209,7 @@ fn one_round(
     raw_variant: u32,
     round: u32,
     has_adjust: bool,
+    windows: (u64, u64),
 ) -> RoundRecord {
     let Some(variant) = Variant::from_raw(raw_variant) else {
         rt::fail(PanicCode::BadConfig, b"unknown variant in config");
@@ -150,7 +220,16 @@ fn one_round(
     } else {
         0
     };
-    let out = rendezvous(variant, shared(), index, vcpus, ops);
+    let (out, kind) = match XenAlgorithm::for_variant(variant) {
+        Some(alg) => {
+            let r = alg.run(shared(), index, vcpus, ops);
+            (r, if r.wrote { 0 } else { RECORD_NO_TSC_WRITE })
+        }
+        None => (
+            linux_round(ops, index, vcpus, has_adjust, windows),
+            RECORD_NO_TSC_WRITE | RECORD_SYNC_RESULT,
+        ),
+    };
     ops.publish(progress_word(round, PROGRESS_PAST_LOOP));
     let adjust_after = if has_adjust {
         cpu::read_tsc_adjust()
@@ -162,7 +241,7 @@ fn one_round(
         vcpu: index,
         round,
         variant: raw_variant,
-        flags: if has_adjust { RECORD_HAS_TSC_ADJUST } else { 0 },
+        flags: kind | if has_adjust { RECORD_HAS_TSC_ADJUST } else { 0 },
         reserved: 0,
         tsc_first: out.tsc_first,
         written: out.written,
@@ -174,7 +253,13 @@ fn one_round(
 }
 
 /// Command mode: report, wait to be resumed, execute the host's next command.
-fn command_loop(ops: &mut cpu::Hw, index: u32, vcpus: u32, has_adjust: bool) -> ! {
+fn command_loop(
+    ops: &mut cpu::Hw,
+    index: u32,
+    vcpus: u32,
+    has_adjust: bool,
+    windows: (u64, u64),
+) -> ! {
     let slot = layout::command(index) as *mut CommandSlot;
     let mut seq: u32 = 0;
     loop {
@@ -195,9 +280,16 @@ fn command_loop(ops: &mut cpu::Hw, index: u32, vcpus: u32, has_adjust: bool) -> 
                 (0, ops.rdtsc_ordered(), 0, 0)
             }
             Some(Op::Rendezvous) => {
-                let rec = one_round(ops, index, vcpus, cmd.arg, cmd.value as u32, has_adjust);
-                // SAFETY: as in the rounds loop of guest_main.
-                unsafe { write_volatile(layout::record(index) as *mut RoundRecord, rec) };
+                let rec = one_round(
+                    ops,
+                    index,
+                    vcpus,
+                    cmd.arg,
+                    cmd.value as u32,
+                    has_adjust,
+                    windows,
+                );
+                store_record(index, &rec);
                 (0, 0, 0, 0)
             }
             Some(Op::Warp) => {

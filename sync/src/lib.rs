@@ -284,8 +284,8 @@ pub enum XenAlgorithm {
 }
 
 impl XenAlgorithm {
-    /// Every named algorithm, by its user-facing name. The first three names
-    /// are those of the contract's existing [`Variant`]s.
+    /// Every named algorithm, by its user-facing name (the names of the
+    /// contract's [`Variant`]s).
     pub const NAMED: [(&'static str, XenAlgorithm); 5] = [
         ("xen-4.15", XenAlgorithm::Tsc(XEN_4_15)),
         ("xen-6ca022a1", XenAlgorithm::Tsc(XEN_6CA022A1)),
@@ -302,20 +302,17 @@ impl XenAlgorithm {
             .map(|(_, alg)| alg)
     }
 
-    /// The algorithm of a contract [`Variant`]: a direct mapping for the
-    /// variants this crate was written against; for a variant added to the
-    /// contract later, the entry of [`XenAlgorithm::NAMED`] with the
-    /// variant's [`Variant::name`] (so a `Variant::XenRfcV3` named
-    /// `"xen-rfc-v3"` maps to [`XEN_RFC_V3`] with no change here), `None` when
-    /// no entry has that name.
-    pub fn for_variant(variant: Variant) -> Option<XenAlgorithm> {
+    /// The algorithm of a contract [`Variant`]; `None` for
+    /// [`Variant::LinuxTscSync`], which is not a Xen rendezvous (see
+    /// [`linux::linux_tsc_sync`]).
+    pub const fn for_variant(variant: Variant) -> Option<XenAlgorithm> {
         match variant {
             Variant::Xen415 => Some(XenAlgorithm::Tsc(XEN_4_15)),
             Variant::Xen6ca022a1 => Some(XenAlgorithm::Tsc(XEN_6CA022A1)),
             Variant::XenHead => Some(XenAlgorithm::Tsc(XEN_HEAD)),
-            // Unreachable today; reached by variants the contract adds later.
-            #[allow(unreachable_patterns)]
-            _ => XenAlgorithm::from_name(variant.name()),
+            Variant::XenRfcV3 => Some(XenAlgorithm::Tsc(XEN_RFC_V3)),
+            Variant::XenStd => Some(XenAlgorithm::Std),
+            Variant::LinuxTscSync => None,
         }
     }
 
@@ -338,9 +335,8 @@ impl XenAlgorithm {
 /// below it; otherwise the call spins forever, exactly as Xen's would.
 ///
 /// # Panics
-/// For a variant that [`XenAlgorithm::for_variant`] does not know (one added to
-/// the contract later under a name missing from [`XenAlgorithm::NAMED`]); run
-/// it with [`xen_tsc_rendezvous`] and its parameters instead.
+/// For [`Variant::LinuxTscSync`], which is not a rendezvous: run
+/// [`linux::linux_tsc_sync`] instead.
 pub fn rendezvous<C: Cpu>(
     variant: Variant,
     shared: &Shared,
@@ -350,7 +346,7 @@ pub fn rendezvous<C: Cpu>(
 ) -> Readings {
     match XenAlgorithm::for_variant(variant) {
         Some(alg) => alg.run(shared, cpu, total, ops),
-        None => panic!("tsc-sync: no rendezvous for this variant"),
+        None => panic!("tsc-sync: linux-tsc-sync is not a rendezvous"),
     }
 }
 

@@ -50,6 +50,14 @@ pub enum RunError {
         #[source]
         error: RecordError,
     },
+    /// in round {round}: {error}
+    Sync {
+        /// The round.
+        round: u32,
+        /// What is wrong with the guest's result.
+        #[source]
+        error: crate::vstate::sync_area::SyncError,
+    },
     /// vCPU {vcpu}'s record of round {round} cannot be read from guest memory
     UnreadableRecord {
         /// The vCPU.

@@ -13,6 +13,7 @@ use crate::host::HostInfo;
 use crate::options::RunOptions;
 use crate::pool::VcpuPool;
 use crate::tsc::TscState;
+use crate::vstate::sync_area;
 use crate::vstate::vm::{self, Vm};
 
 /// What a run says about itself, apart from its rounds.
@@ -134,11 +135,18 @@ impl Driver {
                 vm::set_variant(pool.mem(), variant)?;
                 current = Some(variant);
             }
+            if variant == Variant::LinuxTscSync {
+                sync_area::clear_results(pool.mem(), pool.vcpus())?;
+            }
             pool.run_round(round)?;
             // Every vCPU is parked outside KVM_RUN now: read them all back.
             pool.readback_into(round, &mut after)?;
             pool.read_records(round, variant, &mut records)?;
-            let result = acc.add(round, variant, &records, &after);
+            let sync = (variant == Variant::LinuxTscSync)
+                .then(|| sync_area::read(pool.mem(), pool.vcpus()))
+                .transpose()
+                .map_err(|error| RunError::Sync { round, error })?;
+            let result = acc.add(round, variant, &records, &after, sync);
             for d in &result.disagreements {
                 log::warn!("round {round}: {d}");
             }

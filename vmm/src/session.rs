@@ -9,6 +9,7 @@ use tsc_contract::{CommandSlot, Op, RoundRecord, Variant, CONFIG_COMMAND_MODE};
 use crate::error::RunError;
 use crate::pool::VcpuPool;
 use crate::tsc::TscState;
+use crate::vstate::sync_area::{self, SyncRound};
 use crate::vstate::vcpu::Command;
 use crate::vstate::vm::{self, Vm};
 
@@ -98,6 +99,7 @@ impl Session {
         if needs_reset {
             vm::reset_rendezvous(mem)?;
             vm::reset_warp(mem)?;
+            sync_area::clear_results(mem, self.vcpus())?;
         }
         for i in 0..self.vcpus() {
             let c = cmds.get(i as usize).copied().unwrap_or_default();
@@ -177,6 +179,14 @@ impl Session {
             ..Default::default()
         })?;
         self.pool.read_records(round, variant, records)
+    }
+
+    /// What Linux's sync's round just run left in every vCPU's result slot.
+    pub fn sync_round(&self) -> Result<SyncRound, RunError> {
+        sync_area::read(self.pool.mem(), self.vcpus()).map_err(|error| RunError::Sync {
+            round: self.seq,
+            error,
+        })
     }
 
     /// The lock-ordered warp test on every vCPU: what each saw.

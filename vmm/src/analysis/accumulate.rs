@@ -17,6 +17,7 @@ use tsc_contract::{RoundRecord, Variant};
 
 use super::{analyse_round, signed_delta, Base, Decision, RoundResult, SkewBasis, VcpuSample};
 use crate::tsc::TscState;
+use crate::vstate::sync_area::SyncRound;
 
 /// Turns consecutive rounds of one VM into results.
 #[derive(Debug, Clone)]
@@ -89,13 +90,15 @@ impl RoundAccumulator {
     }
 
     /// Analyses round `round` of `variant` from every vCPU's validated
-    /// record and KVM's readback after it (both in vCPU order, one per vCPU).
+    /// record and KVM's readback after it (both in vCPU order, one per vCPU)
+    /// and, for Linux's sync, what every AP's pair did.
     pub fn add(
         &mut self,
         round: u32,
         variant: Variant,
         records: &[RoundRecord],
         after: &[TscState],
+        sync: Option<SyncRound>,
     ) -> RoundResult {
         self.samples.clear();
         self.samples
@@ -106,7 +109,7 @@ impl RoundAccumulator {
                     after: *after,
                 },
             ));
-        let result = analyse_round(round, variant.name(), &self.samples, &self.base);
+        let result = analyse_round(round, variant.name(), &self.samples, &self.base, sync);
         self.history = match (
             self.history,
             Decision::of(result.vcpus.iter().map(|v| v.write_honoured)),
@@ -165,7 +168,13 @@ mod tests {
         let mut acc = RoundAccumulator::new(&[state(0, 0), state(0, 0)]);
         // Round 0: vCPU 0 moved by -600, vCPU 1 by -900 (its write came later).
         let after0 = [state(-600, -600), state(-900, -900)];
-        let r0 = acc.add(0, Variant::XenHead, &[record(0, 0), record(1, 0)], &after0);
+        let r0 = acc.add(
+            0,
+            Variant::XenHead,
+            &[record(0, 0), record(1, 0)],
+            &after0,
+            None,
+        );
         assert_eq!(r0.vcpus[1].tsc_adjust_delta, -900);
         assert_eq!(r0.vcpus[1].rel_offset_adjust, -300);
         assert_eq!(r0.writes_honoured, Some(true), "{:?}", r0.disagreements);
@@ -174,7 +183,13 @@ mod tests {
         // Round 1: -550 and -650 on top: the deltas are per round, the
         // relative offset of vCPU 1 accumulates to -300 - 100.
         let after1 = [state(-1_150, -1_150), state(-1_550, -1_550)];
-        let r1 = acc.add(1, Variant::XenHead, &[record(0, 1), record(1, 1)], &after1);
+        let r1 = acc.add(
+            1,
+            Variant::XenHead,
+            &[record(0, 1), record(1, 1)],
+            &after1,
+            None,
+        );
         assert_eq!(r1.vcpus[0].tsc_adjust_delta, -550);
         assert_eq!(r1.vcpus[1].tsc_adjust_delta, -650);
         assert_eq!(r1.vcpus[1].rel_offset_adjust, -400);
@@ -232,6 +247,7 @@ mod tests {
                 bracketed(-100_000, 1_000_500 - 100_000, 1_000_000),
                 bracketed(-160_000, 1_000_500 - 160_000, 1_000_000),
             ],
+            None,
         );
         assert_eq!(r0.writes_honoured, Some(true), "{:?}", r0.disagreements);
         assert_eq!(r0.skew_cycles, 60_000);
@@ -254,6 +270,7 @@ mod tests {
                 bracketed(-100_500, 3_000_500 - 100_500, 3_000_000),
                 bracketed(-220_000, 3_000_500 - 220_000, 3_000_000),
             ],
+            None,
         );
         assert_eq!(r1.vcpus[0].write_honoured, None);
         assert_eq!(r1.undecided_vcpus, 1);
@@ -281,6 +298,7 @@ mod tests {
                 bracketed(-500, 2_000_000, 2_000_000),
                 bracketed(-700, 2_000_000, 2_000_000),
             ],
+            None,
         );
         let b = acc.base();
         assert_eq!(b.basis, SkewBasis::Assumed);

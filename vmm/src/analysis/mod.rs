@@ -29,9 +29,10 @@ pub mod evidence;
 use std::borrow::Cow;
 
 use serde::Serialize;
-use tsc_contract::{RoundRecord, RECORD_HAS_TSC_ADJUST};
+use tsc_contract::{RoundRecord, RECORD_HAS_TSC_ADJUST, RECORD_NO_TSC_WRITE, RECORD_SYNC_RESULT};
 
 use crate::tsc::TscState;
+use crate::vstate::sync_area::SyncRound;
 
 pub use accumulate::RoundAccumulator;
 pub use evidence::{combine, guest_saw_jump, write_honoured, DecidedBy, Decision};
@@ -71,13 +72,18 @@ pub struct VcpuResult {
     pub tsc_before_write: u64,
     /// The TSC just after the loop (after the write, if honoured).
     pub tsc_after_loop: u64,
+    /// Whether the vCPU wrote anything this round: its IA32_TSC (Xen's TSC
+    /// rendezvous) or its TSC_ADJUST (Linux's sync, when it compensated).
+    pub wrote: bool,
     /// The guest TSC at the moment KVM handled the write, on the pre-write
-    /// timeline: `written_value - tsc_adjust_delta`.
-    pub tsc_at_write: u64,
-    /// From just before the write until KVM handled it: the write's own cost.
-    pub write_latency_cycles: i64,
-    /// The seed's metric: from the TSC write until after the loop.
-    pub exit_latency_cycles: i64,
+    /// timeline: `written_value - tsc_adjust_delta` (null: no common write).
+    pub tsc_at_write: Option<u64>,
+    /// From just before the write until KVM handled it: the write's own cost
+    /// (null: no common write).
+    pub write_latency_cycles: Option<i64>,
+    /// The seed's metric: from the TSC write until after the loop (null: the
+    /// variant writes no common value, the metric does not apply).
+    pub exit_latency_cycles: Option<i64>,
     /// Did this vCPU's write take effect? None when the evidence is not
     /// decisive (or contradicts itself).
     pub write_honoured: Option<bool>,
@@ -158,8 +164,11 @@ pub struct RoundResult {
     /// What the relative offsets before the round (the base of method (a))
     /// were known from.
     pub skew_basis: SkewBasis,
-    /// CPU 0's loop-exit time, the seed's metric.
-    pub cpu0_exit_latency_cycles: i64,
+    /// CPU 0's loop-exit time, the seed's metric (null: it does not apply
+    /// to the variant).
+    pub cpu0_exit_latency_cycles: Option<i64>,
+    /// Linux's sync: what every AP's pair did (null for the other variants).
+    pub sync: Option<SyncRound>,
     /// Disagreements between methods, in words; empty when all agree.
     pub disagreements: Vec<String>,
     /// Per vCPU.
@@ -184,13 +193,25 @@ pub fn spread(values: impl IntoIterator<Item = i64>) -> u64 {
     (i128::from(hi) - i128::from(lo)) as u64
 }
 
-/// Analyses one round from every vCPU's record and readback and the relative
-/// offsets before it (`base`).
+/// Which of KVM's evidence decides: the exact offsets when there are any,
+/// else the bracketed reads.
+fn host_by(offset_delta: Option<i64>) -> DecidedBy {
+    if offset_delta.is_some() {
+        DecidedBy::Offsets
+    } else {
+        DecidedBy::BracketedReads
+    }
+}
+
+/// Analyses one round from every vCPU's record and readback, the relative
+/// offsets before it (`base`) and, for Linux's sync, what every AP's pair
+/// did (`sync`).
 pub fn analyse_round(
     round: u32,
     variant: &'static str,
     samples: &[VcpuSample],
     base: &Base,
+    sync: Option<SyncRound>,
 ) -> RoundResult {
     let mut disagreements = Vec::new();
     let mut vcpus = Vec::with_capacity(samples.len());
@@ -219,30 +240,52 @@ pub fn analyse_round(
         if let Some(why) = why {
             disagreements.push(format!("vCPU {id}: {why}"));
         }
-        let tsc_at_write = rec.written.wrapping_sub(adjust_delta as u64);
-        let saw_jump = guest_saw_jump(rec.written, tsc_at_write, rec.tsc_after_loop);
-        let host_by = if offset_delta.is_some() {
-            DecidedBy::Offsets
+        // Xen's TSC rendezvous writes one common value; the std rendezvous
+        // writes nothing; Linux's sync moves TSC_ADJUST on the APs.
+        let common = rec.flags & RECORD_NO_TSC_WRITE == 0;
+        let wrote = common || adjust_delta != 0;
+        let (honoured, decided_by, saw_jump, tsc_at_write, write_latency, exit_latency);
+        if common {
+            let at = rec.written.wrapping_sub(adjust_delta as u64);
+            let jump = guest_saw_jump(rec.written, at, rec.tsc_after_loop);
+            let (h, by, why) = combine(host, host_by(offset_delta), jump);
+            if let Some(why) = why {
+                disagreements.push(format!("vCPU {id}: {why}"));
+            }
+            // Which timeline `tsc_after_loop` is on decides where the write was.
+            let write_point = if h == Some(true) { rec.written } else { at };
+            let latency = signed_delta(at, rec.tsc_before_write);
+            if latency < 0 {
+                disagreements.push(format!(
+                    "vCPU {id}: KVM handled the write {} cycles before the guest issued it \
+                     (TSC_ADJUST delta does not match the value written)",
+                    -latency
+                ));
+            }
+            (honoured, decided_by, saw_jump) = (h, by, jump);
+            (tsc_at_write, write_latency) = (Some(at), Some(latency));
+            exit_latency = Some(signed_delta(rec.tsc_after_loop, write_point));
         } else {
-            DecidedBy::BracketedReads
-        };
-        let (honoured, decided_by, why) = combine(host, host_by, saw_jump);
-        if let Some(why) = why {
-            disagreements.push(format!("vCPU {id}: {why}"));
-        }
-        // Which timeline `tsc_after_loop` is on decides where the write was.
-        let write_point = match honoured {
-            Some(true) => rec.written,
-            _ => tsc_at_write,
-        };
-        let exit_latency_cycles = signed_delta(rec.tsc_after_loop, write_point);
-        let write_latency_cycles = signed_delta(tsc_at_write, rec.tsc_before_write);
-        if write_latency_cycles < 0 {
-            disagreements.push(format!(
-                "vCPU {id}: KVM handled the write {} cycles before the guest issued it \
-                 (TSC_ADJUST delta does not match the value written)",
-                -write_latency_cycles
-            ));
+            // No common value, so no guest evidence of a jump; a TSC_ADJUST
+            // write (a compensation) is judged by KVM's evidence alone.
+            honoured = if wrote { host } else { None };
+            decided_by = honoured.map(|_| host_by(offset_delta));
+            (saw_jump, tsc_at_write, write_latency, exit_latency) = (None, None, None, None);
+            let compensated: Option<i64> = sync.as_ref().map(|r| {
+                r.aps.iter().find(|a| a.ap == id).map_or(0, |a| {
+                    a.compensations.iter().fold(0i64, |x, c| x.wrapping_add(*c))
+                })
+            });
+            let expected = if rec.flags & RECORD_SYNC_RESULT != 0 {
+                compensated
+            } else {
+                Some(0)
+            };
+            if let Some(e) = expected.filter(|&e| e != adjust_delta) {
+                disagreements.push(format!(
+                    "vCPU {id}: TSC_ADJUST moved by {adjust_delta} cycles, the guest wrote changes of {e}"
+                ));
+            }
         }
         vcpus.push(VcpuResult {
             id,
@@ -253,9 +296,10 @@ pub fn analyse_round(
             tsc_first: rec.tsc_first,
             tsc_before_write: rec.tsc_before_write,
             tsc_after_loop: rec.tsc_after_loop,
+            wrote,
             tsc_at_write,
-            write_latency_cycles,
-            exit_latency_cycles,
+            write_latency_cycles: write_latency,
+            exit_latency_cycles: exit_latency,
             write_honoured: honoured,
             decided_by,
             host_saw_write: host,
@@ -272,7 +316,10 @@ pub fn analyse_round(
     if decision == Decision::Mixed {
         disagreements.push("some vCPUs' writes took effect and others' did not".into());
     }
-    let undecided_vcpus = vcpus.iter().filter(|v| v.write_honoured.is_none()).count() as u32;
+    let undecided_vcpus = vcpus
+        .iter()
+        .filter(|v| v.wrote && v.write_honoured.is_none())
+        .count() as u32;
 
     if let Some(v) = vcpus
         .iter()
@@ -361,7 +408,8 @@ pub fn analyse_round(
         writes_honoured: decision.verdict(),
         undecided_vcpus,
         skew_basis: base.basis,
-        cpu0_exit_latency_cycles: vcpus.first().map_or(0, |v| v.exit_latency_cycles),
+        cpu0_exit_latency_cycles: vcpus.first().and_then(|v| v.exit_latency_cycles),
+        sync,
         disagreements,
         vcpus,
     }
@@ -433,14 +481,14 @@ mod tests {
                 after: state((v as i64 - 1_010_000) as u64, Some(0), 2_000_010, 2_000_000),
             },
         ];
-        let r = analyse_round(0, "xen-6ca022a1", &samples, &Base::creation(2));
+        let r = analyse_round(0, "xen-6ca022a1", &samples, &Base::creation(2), None);
         assert_eq!(r.writes_honoured, Some(false));
         assert_eq!(r.skew_cycles, 7_000);
         assert_eq!(r.skew_cycles_attr, Some(0));
         assert_eq!(r.vcpus[1].rel_offset_adjust, -7_000);
-        assert_eq!(r.vcpus[0].tsc_at_write, 1_003_000);
-        assert_eq!(r.vcpus[0].write_latency_cycles, 100);
-        assert_eq!(r.cpu0_exit_latency_cycles, 17_000);
+        assert_eq!(r.vcpus[0].tsc_at_write, Some(1_003_000));
+        assert_eq!(r.vcpus[0].write_latency_cycles, Some(100));
+        assert_eq!(r.cpu0_exit_latency_cycles, Some(17_000));
         assert_eq!(
             r.vcpus[1].rel_offset_attr,
             Some(0),
@@ -479,11 +527,11 @@ mod tests {
                 ),
             },
         ];
-        let r = analyse_round(0, "xen-head", &samples, &Base::creation(2));
+        let r = analyse_round(0, "xen-head", &samples, &Base::creation(2), None);
         assert_eq!(r.writes_honoured, Some(true));
         assert_eq!(r.skew_cycles, 7_000);
         assert_eq!(r.skew_cycles_attr, Some(7_000));
-        assert_eq!(r.cpu0_exit_latency_cycles, 500);
+        assert_eq!(r.cpu0_exit_latency_cycles, Some(500));
         assert_eq!(r.vcpus[0].guest_saw_jump, Some(true));
         assert_eq!(r.vcpus[1].rel_offset_attr, Some(-7_000));
         assert!(r.disagreements.is_empty(), "{:?}", r.disagreements);
@@ -515,7 +563,7 @@ mod tests {
                 ),
             },
         ];
-        let r = analyse_round(0, "xen-head", &samples, &Base::creation(2));
+        let r = analyse_round(0, "xen-head", &samples, &Base::creation(2), None);
         // KVM's evidence for vCPU 1 is inconsistent, so the guest's jump
         // decides that the write took effect; the mismatch is reported.
         assert_eq!(r.vcpus[1].host_saw_write, None);
@@ -545,7 +593,7 @@ mod tests {
                 ..state(d as u64, None, (2_005_000 + d) as u64, 2_000_000)
             },
         };
-        let r = analyse_round(0, "xen-head", &[sample], &Base::creation(1));
+        let r = analyse_round(0, "xen-head", &[sample], &Base::creation(1), None);
         let c = &r.vcpus[0];
         assert_eq!(c.host_saw_write, None, "the bracket cannot tell");
         assert_eq!(c.guest_saw_jump, Some(true));
@@ -574,7 +622,7 @@ mod tests {
         // vCPU 0: |delta| 3,000 < error and an exit longer than the jump:
         // neither side can tell. vCPU 1: a big jump both sides see.
         let samples = [mk(0, -3_000, v + 5_000), mk(1, -900_000, v + 500)];
-        let r = analyse_round(0, "xen-head", &samples, &Base::creation(2));
+        let r = analyse_round(0, "xen-head", &samples, &Base::creation(2), None);
         assert_eq!(r.vcpus[0].write_honoured, None);
         assert_eq!(r.vcpus[1].write_honoured, Some(true));
         assert_eq!((r.writes_honoured, r.undecided_vcpus), (Some(true), 1));
@@ -598,7 +646,7 @@ mod tests {
             before: state(0, Some(0), 1_000_000, 1_000_000),
             after: state(d as u64, Some(0), 2_000_000, 2_000_000),
         };
-        let r = analyse_round(0, "xen-head", &[sample], &Base::creation(1));
+        let r = analyse_round(0, "xen-head", &[sample], &Base::creation(1), None);
         assert_eq!(r.vcpus[0].host_saw_write, Some(false));
         assert_eq!(r.vcpus[0].guest_saw_jump, Some(true));
         assert_eq!(r.vcpus[0].write_honoured, None);
@@ -651,7 +699,7 @@ mod tests {
                 after: s1,
             },
         ];
-        let r = analyse_round(0, "xen-head", &samples, &Base::creation(2));
+        let r = analyse_round(0, "xen-head", &samples, &Base::creation(2), None);
         // The estimate is off by 2,000 from the truth (0): exactly the bound.
         assert_eq!(r.vcpus[1].rel_offset_bracket, 2_000);
         assert_eq!(r.vcpus[1].rel_offset_bracket_error, 2_000);

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use tsc_contract::RoundRecord;
+use tsc_contract::{RoundRecord, Variant};
 
 use super::report::{CheckOptions, Environment, SkewStats};
 use crate::analysis::{RoundAccumulator, RoundResult};
@@ -96,8 +96,11 @@ fn rounds_and_warp(s: &mut Session, ev: &mut Evidence) -> Result<(), RunError> {
         host_before_last = host_rdtsc();
         s.rendezvous(opts.variant, round, &mut records)?;
         s.readback_into(&mut after)?;
+        let sync = (opts.variant == Variant::LinuxTscSync)
+            .then(|| s.sync_round())
+            .transpose()?;
         ev.rounds
-            .push(acc.add(round, opts.variant, &records, &after));
+            .push(acc.add(round, opts.variant, &records, &after, sync));
     }
     let tsc = s.guest_rdtsc_all()?;
     ev.later_read = Some(LaterRead {

@@ -45,7 +45,13 @@ pub fn judge(
     host_elapsed: u64,
     flavor: KvmFlavor,
 ) -> Finding {
-    let all: Vec<&VcpuResult> = rounds.iter().flat_map(|r| &r.vcpus).collect();
+    // Only vCPU-rounds with a write have anything to honour (the std
+    // rendezvous writes nothing, Linux's sync only when it compensates).
+    let all: Vec<&VcpuResult> = rounds
+        .iter()
+        .flat_map(|r| &r.vcpus)
+        .filter(|v| v.wrote)
+        .collect();
     let count = |p: &dyn Fn(&VcpuResult) -> bool| all.iter().filter(|v| p(v)).count();
     let honoured = count(&|v| v.write_honoured == Some(true));
     let ignored = count(&|v| v.write_honoured == Some(false));
@@ -67,7 +73,12 @@ pub fn judge(
     let read_ok = tsc_after
         .iter()
         .all(|&t| t.wrapping_sub(last_written) <= bound);
-    let mut f = Finding::skip("no rounds ran")
+    let none = if rounds.is_empty() {
+        "no rounds ran"
+    } else {
+        "no vCPU wrote its TSC or TSC_ADJUST in any round: nothing to honour"
+    };
+    let mut f = Finding::skip(none)
         .with("vcpu_rounds", all.len())
         .with("honoured", honoured)
         .with("not_honoured", ignored)
@@ -251,7 +262,12 @@ mod tests {
     }
 
     #[test]
-    fn no_rounds_is_a_skip() {
+    fn no_rounds_or_no_writes_is_a_skip() {
         assert_eq!(judge(&[], &[], 0, KvmFlavor::Svm).verdict, Verdict::Skip);
+        let mut quiet = vcpu(0, 0, Some(0), None);
+        quiet.wrote = false;
+        let f = judge(&[round(vec![quiet], None, 0)], &[5_500], 1_000, KvmFlavor::Svm);
+        assert_eq!(f.verdict, Verdict::Skip);
+        assert!(f.reason.contains("nothing to honour"), "{}", f.reason);
     }
 }

@@ -5,6 +5,8 @@ use super::{
     CompareData, CompareOptions, CompareReport, Metric, MetricComparison, VariantStats,
     INTERLEAVING, SCHEMA,
 };
+use tsc_contract::Variant;
+
 use crate::analysis::RoundResult;
 use crate::inference::{bootstrap_median_shift, mann_whitney, MannWhitney, MedianShift};
 use crate::report::overall_honoured;
@@ -59,6 +61,16 @@ pub fn p_text(p: f64) -> String {
 
 /// The verdict line of a CPU-0 exit-time comparison.
 pub fn verdict(c: &MetricComparison) -> String {
+    let no_write = [&c.reference, &c.variant]
+        .into_iter()
+        .find(|n| Variant::from_name(n).is_some_and(|v| !v.writes_common_tsc()));
+    if let (Some(n), Metric::Cpu0ExitLatencyCycles) = (no_write, c.metric) {
+        return format!(
+            "{} vs {}: CPU 0's loop-exit time does not apply to {n} (it writes no common TSC \
+             value); compare the skew",
+            c.variant, c.reference
+        );
+    }
     let (Some(s), Some(t)) = (&c.shift, &c.mann_whitney) else {
         return format!("{} vs {}: no data to compare", c.variant, c.reference);
     };
@@ -284,6 +296,16 @@ mod tests {
         );
         let v = verdict(&comparison(shift(0.03, 0.01, 0.05), 0.2, false, 50));
         assert!(v.contains("noise (the median shift's CI excludes 0"), "{v}");
+    }
+
+    #[test]
+    fn the_exit_time_of_a_variant_without_a_write_is_not_compared() {
+        let mut c = comparison(shift(0.05, 0.02, 0.08), 0.01, true, 10);
+        c.variant = "linux-tsc-sync".into();
+        let v = verdict(&c);
+        assert!(v.contains("does not apply to linux-tsc-sync"), "{v}");
+        c.metric = Metric::SkewCycles;
+        assert!(!verdict(&c).contains("does not apply"));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! Columns: `seq` (measured round, in the order run), `vm`, `block`,
 //! `round_in_vm` (warm-up rounds included), `variant`, `vcpu`,
-//! `exit_latency_cycles` (this vCPU's loop-exit time), `skew_cycles` (the
+//! `exit_latency_cycles` (this vCPU's loop-exit time; empty where it does not
+//! apply: variants without a common TSC write), `skew_cycles` (the
 //! round's skew, repeated on each of its rows), `tsc_adjust_delta`,
 //! `write_latency_cycles`, `write_honoured` (true, false or empty when
 //! undetermined), `disagreements` (the round's count). Warm-up rounds are not
@@ -17,6 +18,12 @@ pub const HEADER: &str = "seq,vm,block,round_in_vm,variant,vcpu,exit_latency_cyc
 tsc_adjust_delta,write_latency_cycles,write_honoured,disagreements";
 
 /// Writes the rows of `rounds` to `out`.
+/// A value, or an empty field where it does not apply.
+fn opt(v: Option<i64>) -> String {
+    v.map_or_else(String::new, |x| x.to_string())
+}
+
+/// Writes every measured round, one row per vCPU.
 pub fn write_csv(out: &mut impl Write, rounds: &[MeasuredRound]) -> io::Result<()> {
     writeln!(out, "{HEADER}")?;
     for r in rounds {
@@ -36,10 +43,10 @@ pub fn write_csv(out: &mut impl Write, rounds: &[MeasuredRound]) -> io::Result<(
                 r.round_in_vm,
                 res.variant,
                 v.id,
-                v.exit_latency_cycles,
+                opt(v.exit_latency_cycles),
                 res.skew_cycles,
                 v.tsc_adjust_delta,
-                v.write_latency_cycles,
+                opt(v.write_latency_cycles),
                 honoured,
                 res.disagreements.len()
             )?;

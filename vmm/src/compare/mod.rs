@@ -139,11 +139,13 @@ impl Metric {
         let of = rounds.iter().filter(move |r| r.result.variant == variant);
         match self {
             Metric::Cpu0ExitLatencyCycles => of
-                .map(|r| r.result.cpu0_exit_latency_cycles as f64)
+                .filter_map(|r| r.result.cpu0_exit_latency_cycles)
+                .map(|x| x as f64)
                 .collect(),
             Metric::OtherExitLatencyCycles => of
                 .flat_map(|r| r.result.vcpus.iter().skip(1))
-                .map(|v| v.exit_latency_cycles as f64)
+                .filter_map(|v| v.exit_latency_cycles)
+                .map(|x| x as f64)
                 .collect(),
             Metric::SkewCycles => of.map(|r| r.result.skew_cycles as f64).collect(),
         }

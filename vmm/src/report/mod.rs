@@ -154,13 +154,17 @@ pub fn summarize_run(rounds: &[RoundResult], tsc_khz: Option<u32>) -> RunSummary
         skew_cycles: skew,
         skew_ns,
         cpu0_exit_latency_cycles: summarize(
-            rounds.iter().map(|r| r.cpu0_exit_latency_cycles as f64),
+            rounds
+                .iter()
+                .filter_map(|r| r.cpu0_exit_latency_cycles)
+                .map(|x| x as f64),
         ),
         other_exit_latency_cycles: summarize(
             rounds
                 .iter()
                 .flat_map(|r| r.vcpus.iter().skip(1))
-                .map(|v| v.exit_latency_cycles as f64),
+                .filter_map(|v| v.exit_latency_cycles)
+                .map(|x| x as f64),
         ),
         rounds_with_disagreements: disagreeing.len(),
         first_disagreements: disagreeing
@@ -219,7 +223,8 @@ mod tests {
             writes_honoured: honoured,
             undecided_vcpus: 0,
             skew_basis: crate::analysis::SkewBasis::Offsets,
-            cpu0_exit_latency_cycles: 10,
+            cpu0_exit_latency_cycles: Some(10),
+            sync: None,
             disagreements: Vec::new(),
             vcpus: Vec::new(),
         }

@@ -2,9 +2,10 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::agreement;
+use crate::analysis::Decision;
 use crate::host::{cycles_to_ns, HostInfo, KvmFlavor};
 use crate::stats::Summary;
+use crate::vstate::sync_area::SyncRound;
 
 use super::{Report, VariantReport};
 
@@ -21,9 +22,10 @@ fn flavor_line(h: &HostInfo) -> String {
 
 fn honoured_text(h: Option<bool>, flavor: KvmFlavor) -> String {
     match h {
-        Some(true) => "Yes. Every wrmsr IA32_TSC moved the vCPU's TSC offset by exactly the \
-                       TSC_ADJUST delta, and the guest saw its TSC jump to the value written. \
-                       The skews below are real: they are what the rendezvous left behind."
+        Some(true) => "Yes. The writes took effect: each moved its vCPU's TSC offset by its \
+                       TSC_ADJUST delta (by the exact offsets, the bracketed reads, or, where \
+                       those could not tell, the guest's own TSC jump). The skews below are \
+                       real: they are what the algorithms left behind."
             .into(),
         Some(false) => {
             let who = if flavor == KvmFlavor::Pvm {
@@ -32,13 +34,14 @@ fn honoured_text(h: Option<bool>, flavor: KvmFlavor) -> String {
                 "This hypervisor"
             };
             format!(
-                "No. {who} recorded every wrmsr IA32_TSC in TSC_ADJUST but did not change the \
-                 TSC offsets: the guest's TSCs were not moved. The skews below are the ones the \
+                "No. {who} recorded every write in TSC_ADJUST but did not change the TSC \
+                 offsets: the guest's TSCs were not moved. The skews below are the ones the \
                  writes would have produced on a hypervisor that honours them."
             )
         }
-        None => "Undetermined: the evidence differs between rounds or vCPUs, or is not \
-                 decisive (see the cross-checks below)."
+        None => "Undetermined: no write was decided (variants without writes, or evidence \
+                 within its error bars), or the evidence differs between runs (see the \
+                 cross-checks below)."
             .into(),
     }
 }
@@ -76,6 +79,46 @@ fn stat_row(out: &mut String, label: &str, s: &Option<Summary>) {
     }
 }
 
+/// Linux's sync in one round: every AP's runs and compensations.
+fn sync_table(out: &mut String, s: &SyncRound) {
+    let _ = writeln!(
+        out,
+        "    {:>4} {:<13} {:<44} TSC_ADJUST compensations",
+        "AP", "state", "warps per run (source/target max, count)"
+    );
+    for a in &s.aps {
+        let runs: Vec<String> = a
+            .runs
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}/{} x{}",
+                    fmt_num(r.source_max_warp as f64),
+                    fmt_num(r.target_max_warp as f64),
+                    r.warps
+                )
+            })
+            .collect();
+        let comps: Vec<String> = a.compensations.iter().map(|c| fmt_num(*c as f64)).collect();
+        let _ = writeln!(
+            out,
+            "    {:>4} {:<13} {:<44} {}",
+            a.ap,
+            if a.synchronised {
+                "synchronised"
+            } else {
+                "unstable"
+            },
+            runs.join("; "),
+            if comps.is_empty() {
+                "none".into()
+            } else {
+                comps.join(", ")
+            }
+        );
+    }
+}
+
 fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
     let _ = writeln!(out, "\nVariant {} ({} rounds)", v.variant, v.summary.rounds);
     if let Some(r) = v
@@ -83,11 +126,22 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
         .typical_round
         .and_then(|t| v.rounds.iter().find(|r| r.round == t))
     {
+        let what = match (&r.sync, r.vcpus.first()) {
+            (Some(s), _) => format!(
+                "{} of {} AP(s) synchronised with vCPU 0, largest warp {} cycles",
+                s.synchronised,
+                s.aps.len(),
+                fmt_num(s.max_warp as f64)
+            ),
+            (None, Some(x)) if x.wrote && x.tsc_at_write.is_some() => {
+                format!("value written {}", x.written_value)
+            }
+            _ => "no TSC write (the skew is whatever was there)".to_string(),
+        };
         let _ = writeln!(
             out,
-            "  Typical round (#{}, skew nearest the median): value written {}",
-            r.round,
-            r.vcpus.first().map_or(0, |x| x.written_value)
+            "  Typical round (#{}, skew nearest the median): {what}",
+            r.round
         );
         let _ = writeln!(
             out,
@@ -115,8 +169,12 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
                     fmt_num(c.rel_offset_bracket as f64),
                     fmt_num(c.rel_offset_bracket_error as f64)
                 ),
-                fmt_num(c.exit_latency_cycles as f64)
+                c.exit_latency_cycles
+                    .map_or("n/a".into(), |d| fmt_num(d as f64))
             );
+        }
+        if let Some(s) = &r.sync {
+            sync_table(out, s);
         }
     }
     let _ = writeln!(
@@ -163,7 +221,7 @@ pub fn render_text(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "tsc-rendezvous {}: Xen's TSC calibration rendezvous on {} vCPU(s), {} round(s) per variant",
+        "tsc-rendezvous {}: TSC synchronisation on {} vCPU(s), {} round(s) per variant",
         r.tool_version, r.vcpus, r.rounds_per_variant
     );
     let _ = writeln!(out, "\nHost");
@@ -189,7 +247,8 @@ pub fn render_text(r: &Report) -> String {
     }
     let _ = writeln!(out, "  Offset readback  {}", h.offset_source.describe());
 
-    let overall = agreement(r.runs.iter().map(|v| v.writes_honoured)).flatten();
+    // Variants that wrote nothing (the std rendezvous) have no say.
+    let overall = Decision::of(r.runs.iter().map(|v| v.writes_honoured)).verdict();
     let _ = writeln!(out, "\nDid the hypervisor honour the guest's TSC writes?");
     let _ = writeln!(out, "  {}", honoured_text(overall, h.kvm_flavor));
     let _ = writeln!(
@@ -197,7 +256,8 @@ pub fn render_text(r: &Report) -> String {
         "\nRelative offsets are each vCPU's TSC offset minus vCPU 0's after the round, in \
          cycles:\n(a) from the TSC_ADJUST deltas, (b) from KVM_VCPU_TSC_OFFSET, (c) from IA32_TSC \
          read through KVM\nbetween two host TSC reads. The skew is the spread of (a); the exit \
-         time runs from the\nfinal TSC write to after the loop (the seed's metric)."
+         time runs from the\nfinal TSC write to after the loop (the seed's metric; n/a for \
+         variants without a common write)."
     );
     for v in &r.runs {
         variant_section(&mut out, v, h);
@@ -220,7 +280,10 @@ pub fn render_text(r: &Report) -> String {
                 v.variant,
                 fmt_num(med(&v.summary.skew_cycles)),
                 fmt_num(ns),
-                fmt_num(med(&v.summary.cpu0_exit_latency_cycles))
+                v.summary
+                    .cpu0_exit_latency_cycles
+                    .as_ref()
+                    .map_or("n/a".into(), |s| fmt_num(s.median))
             );
         }
     }

@@ -10,6 +10,7 @@ use tsc_contract::{
 use tsc_sync::SHARED_SIZE;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
+use super::sync_area::{self, Windows};
 use crate::arch::x86_64::{cpuid, gdt, paging, regs};
 use crate::guest_image::{self, ImageError};
 
@@ -78,6 +79,8 @@ pub struct Vm {
     pub mem: GuestMemoryMmap,
     /// Whether the guest's CPUID exposes IA32_TSC_ADJUST.
     pub guest_tsc_adjust: bool,
+    /// The windows of Linux's sync written into the config.
+    pub sync_windows: Windows,
 }
 
 /// The most vCPUs this KVM allows.
@@ -227,12 +230,21 @@ impl Vm {
                 .map_err(|e| VmError::Kvm("KVM_SET_REGS", e))?;
             vcpu_fds.push(vcpu);
         }
+        // Linux's windows (20 ms and 2 ms) at the guest's TSC frequency; a
+        // run may set others before any vCPU runs.
+        let khz = vcpu_fds
+            .first()
+            .and_then(|v| v.get_tsc_khz().ok())
+            .unwrap_or(0);
+        let sync_windows = Windows::at(khz, (sync_area::FIRST_WINDOW_MS, sync_area::WINDOW_MS));
+        sync_area::write_windows(&mem, sync_windows)?;
         Ok(Vm {
             kvm,
             fd,
             mem,
             vcpus: vcpu_fds,
             guest_tsc_adjust,
+            sync_windows,
         })
     }
 }
@@ -285,9 +297,15 @@ pub fn set_variant(mem: &GuestMemoryMmap, variant: Variant) -> Result<(), VmErro
 }
 
 /// Zeroes the rendezvous' shared state: Xen starts every calibration with a
-/// fresh one (all vCPUs must be parked).
+/// fresh one; and Linux's sync's (all vCPUs must be parked).
 pub fn reset_rendezvous(mem: &GuestMemoryMmap) -> Result<(), VmError> {
     mem.write_slice(&[0u8; SHARED_SIZE], GuestAddress(layout::RENDEZVOUS))
+        .and_then(|()| {
+            mem.write_slice(
+                &[0u8; tsc_sync::linux::LINUX_SHARED_SIZE],
+                GuestAddress(layout::SYNC),
+            )
+        })
         .map_err(mem_err)
 }
 
