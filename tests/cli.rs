@@ -2,32 +2,34 @@
 //! the fix, exit code 2, no panic.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use tsc_vmm::guest_image::EMBEDDED;
 use tsc_vmm::vstate::vm::{HIDE_CAP_ENV, KVM_DEVICE_ENV};
 
 mod common;
-use common::kvm_or_skip;
+use common::{hang_bound, kvm_or_skip, wait_bounded};
+use tsc_vmm::options::default_timeout;
 
-/// Every bad-input case must be refused quickly: no VM runs.
-const DEADLINE: Duration = Duration::from_secs(30);
+/// The bound on every command here: the tool's own default deadline for the
+/// largest run these commands could start (2 vCPUs, one round), with the
+/// join grace, generously. Every bad-input case is refused before a VM runs;
+/// the bound only turns a hang into a failure.
+fn bound() -> Duration {
+    hang_bound(default_timeout(2, 1))
+}
 
 fn run_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+    let child = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
         .args(args)
         .envs(env.iter().copied())
         .env("RUST_BACKTRACE", "1")
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("the binary runs");
-    assert!(
-        started.elapsed() < DEADLINE,
-        "{args:?} took {:?}",
-        started.elapsed()
-    );
-    out
+    wait_bounded(child, bound(), &format!("{args:?}"))
 }
 
 fn run(args: &[&str]) -> Output {
@@ -202,16 +204,17 @@ fn an_unreadable_kvm_device_says_how_to_get_access() {
     let mut dperms = std::fs::metadata(dir).expect("stat").permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut dperms, 0o755);
     std::fs::set_permissions(dir, dperms).expect("chmod dir");
-    let started = Instant::now();
-    let out = Command::new(setpriv)
+    let child = Command::new(setpriv)
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(env!("CARGO_BIN_EXE_tsc-rendezvous"))
         .args(["run", "--rounds", "1"])
         .env(KVM_DEVICE_ENV, &dev)
         .env("RUST_BACKTRACE", "1")
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("setpriv runs");
-    assert!(started.elapsed() < DEADLINE);
+    let out = wait_bounded(child, bound(), "setpriv");
     if out.status.code() == Some(127) || out.status.code() == Some(126) {
         eprintln!("skipping: the test binary is not executable by an unprivileged user");
         return;
@@ -315,4 +318,182 @@ fn compare_refuses_an_unwritable_output_before_running() {
         &["compare", "--variants", "xen-4.15"],
         &["--variants", "at least two variants"],
     );
+}
+
+/// `check` exits 2 when "the checks could not run (no usable `/dev/kvm`, a
+/// missing KVM capability, ...)" (README, "CI use"), and so does `compare`
+/// ("These hold for `run` and `compare`"), with the error line of the
+/// error table.
+#[test]
+fn check_and_compare_exit_2_without_a_usable_kvm_device() {
+    for (cmd, json) in [("check", "--json"), ("compare", "--json")] {
+        let out = run_env(
+            &[cmd, "--rounds", "1", json],
+            &[(KVM_DEVICE_ENV, "/nonexistent/kvm")],
+        );
+        check_usage_error(
+            &out,
+            &format!("{cmd}: missing device"),
+            &["cannot open /nonexistent/kvm", "load the kvm module"],
+        );
+        let out = run_env(&[cmd, "--rounds", "1"], &[(KVM_DEVICE_ENV, "/dev/null")]);
+        check_usage_error(
+            &out,
+            &format!("{cmd}: not KVM"),
+            &["/dev/null is not a usable KVM device"],
+        );
+    }
+}
+
+#[test]
+fn check_and_compare_exit_2_when_kvm_lacks_a_capability() {
+    if !kvm_or_skip() {
+        return;
+    }
+    for cmd in ["check", "compare"] {
+        let out = run_env(
+            &[cmd, "--rounds", "1"],
+            &[(HIDE_CAP_ENV, "KVM_CAP_IMMEDIATE_EXIT")],
+        );
+        check_usage_error(
+            &out,
+            &format!("{cmd}: missing capability"),
+            &["this KVM lacks KVM_CAP_IMMEDIATE_EXIT", "newer kernel"],
+        );
+    }
+}
+
+/// The README with its whitespace collapsed (sentences wrap across lines).
+fn readme() -> String {
+    include_str!("../README.md")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The text right after `phrase` in the README, up to the first of `ends`.
+fn readme_after(readme: &str, phrase: &str, ends: &[char]) -> String {
+    let at = readme
+        .find(phrase)
+        .unwrap_or_else(|| panic!("the README no longer says '{phrase}'"));
+    let rest = &readme[at + phrase.len()..];
+    let end = rest.find(|c| ends.contains(&c)).unwrap_or(rest.len());
+    rest[..end].trim().to_string()
+}
+
+/// The `[default: X]` clap shows in `CMD --help` for `--OPT`.
+fn help_default(cmd: &str, opt: &str) -> String {
+    let out = run(&[cmd, "--help"]);
+    assert_eq!(out.status.code(), Some(0), "{cmd} --help");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let key = format!("--{opt} <");
+    let at = flat
+        .find(&key)
+        .unwrap_or_else(|| panic!("{cmd} --help has no {opt}: {text}"));
+    // This option's text ends where the next option starts.
+    let own = &flat[at..];
+    let own = own[2..].find(" --").map_or(own, |e| &own[..e + 2]);
+    readme_after(own, "[default: ", &[']'])
+}
+
+/// The defaults the README documents are the ones the binary has: each is
+/// read from the README's text and from the binary's `--help` (clap prints
+/// the real default), so a change of either side without the other fails.
+#[test]
+fn the_documented_defaults_are_the_binarys() {
+    let r = readme();
+    // "cargo run --release # run: 2 vCPUs, every variant, 100 rounds, readable report"
+    let run_line = readme_after(&r, "cargo run --release # run: ", &['`', '#']);
+    let run_line = run_line
+        .split(" cargo ")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let run_parts: Vec<&str> = run_line.split(", ").collect();
+    let number_before = |parts: &[&str], unit: &str| -> String {
+        let p = parts
+            .iter()
+            .find(|p| p.ends_with(unit))
+            .unwrap_or_else(|| panic!("no '{unit}' in {parts:?}"));
+        p.trim_end_matches(unit).trim().to_string()
+    };
+    assert_eq!(
+        help_default("run", "vcpus"),
+        number_before(&run_parts, "vCPUs")
+    );
+    assert_eq!(
+        help_default("run", "rounds"),
+        number_before(&run_parts, "rounds")
+    );
+    assert!(run_parts.contains(&"every variant"), "{run_parts:?}");
+    assert_eq!(help_default("run", "variant"), "all");
+
+    // "compare # xen-4.15 vs xen-6ca022a1, 2 vCPUs, 1000 rounds each"
+    let cmp_line = r
+        .match_indices("cargo run --release -- compare # ")
+        .map(|(at, key)| {
+            let rest = &r[at + key.len()..];
+            rest[..rest.find(" cargo ").unwrap_or(rest.len())].to_string()
+        })
+        .find(|c| c.ends_with(" rounds each"))
+        .expect("the README states compare's defaults");
+    let parts: Vec<&str> = cmp_line.split(", ").collect();
+    let (base, other) = parts[0]
+        .split_once(" vs ")
+        .unwrap_or_else(|| panic!("no 'A vs B' in {cmp_line:?}"));
+    assert_eq!(
+        help_default("compare", "variants"),
+        format!("{base},{other}")
+    );
+    assert_eq!(
+        help_default("compare", "vcpus"),
+        number_before(&parts, "vCPUs")
+    );
+    let each: Vec<&str> = parts.iter().map(|p| p.trim_end_matches(" each")).collect();
+    assert_eq!(
+        help_default("compare", "rounds"),
+        number_before(&each, "rounds")
+    );
+    assert_eq!(
+        help_default("compare", "warmup"),
+        readme_after(&r, "`--warmup` rounds (default ", &[')'])
+    );
+    assert_eq!(
+        help_default("compare", "bootstrap"),
+        readme_after(&r, "`--bootstrap` replicates, default ", &[','])
+    );
+
+    // check: "Checks (2 vCPUs, 200 rounds of xen-head, warp test 10000
+    // iterations per vCPU)", the output of `check` with its defaults.
+    let checks = readme_after(&r, "Checks (", &[')']);
+    let parts: Vec<&str> = checks.split(", ").collect();
+    assert_eq!(
+        help_default("check", "vcpus"),
+        number_before(&parts, "vCPUs")
+    );
+    let (rounds, variant) = parts[1]
+        .split_once(" rounds of ")
+        .unwrap_or_else(|| panic!("no 'N rounds of V' in {checks:?}"));
+    assert_eq!(help_default("check", "rounds"), rounds);
+    assert_eq!(help_default("check", "variant"), variant);
+    let warp = readme_after(&checks, "warp test ", &[' ']);
+    assert_eq!(help_default("check", "warp-iterations"), warp);
+    let tolerance = readme_after(&r, "`--tolerance` percent (default ", &[' ', '%']);
+    assert_eq!(help_default("check", "tolerance"), tolerance);
+
+    // The watchdog: "by default 60 s plus 100 ms per round and vCPU (stated
+    // in `--help`)".
+    let watchdog = readme_after(&r, "Each variant's run has a deadline: by default ", &['(']);
+    for cmd in ["run", "compare"] {
+        let out = run(&[cmd, "--help"]);
+        let help = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(
+            help.contains(&format!("Default: {watchdog}")),
+            "{cmd} --help does not state the README's default deadline '{watchdog}': {help}"
+        );
+    }
 }

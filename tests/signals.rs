@@ -2,7 +2,7 @@
 //! the vCPUs are stopped, the report (text or JSON) covers what was measured
 //! and says it is incomplete, `--csv`/`--plot` are written for the completed
 //! rounds, and the exit code is 130 or 143 — also when the shell that started
-//! the command ignores SIGINT.
+//! the command ignores SIGINT. A second SIGINT kills the process at once.
 //!
 //! Real VMs: skipped without /dev/kvm unless `CI` is set.
 
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::kvm_or_skip;
+use common::{hang_bound, kvm_or_skip};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tsc-rendezvous-signals-{}", std::process::id()));
@@ -35,9 +35,18 @@ struct Stopped {
     analysed_before: usize,
 }
 
+/// The deadline given to every interrupted command (`--timeout`): far
+/// beyond the few rounds each test waits for, so that a command that cannot
+/// even reach them is ended by its own watchdog, which bounds the waits.
+const TIMEOUT_SECS: u64 = 300;
+/// [`TIMEOUT_SECS`] as the argument.
+const TIMEOUT: &str = "300";
+
 /// Starts `program args`, waits until the command has analysed `rounds`
 /// rounds (its debug log says so, line by line), sends `signal` and waits for
-/// it to end. Every wait is bounded: a hang fails the test.
+/// it to end. Every wait is bounded by the command's own deadline (or, after
+/// the signal, by the join grace of a stop), generously: a hang fails the
+/// test.
 fn interrupt_after(program: &str, args: &[&str], rounds: usize, signal: i32) -> Stopped {
     let mut child = Command::new(program)
         .args(args)
@@ -70,7 +79,7 @@ fn interrupt_after(program: &str, args: &[&str], rounds: usize, signal: i32) -> 
         let _ = stdout.read_to_string(&mut s);
         s
     });
-    let wait_until = Instant::now() + Duration::from_secs(120);
+    let wait_until = Instant::now() + hang_bound(Duration::from_secs(TIMEOUT_SECS));
     while analysed.load(Ordering::SeqCst) < rounds {
         if Instant::now() > wait_until || child.try_wait().ok().flatten().is_some() {
             let _ = child.kill();
@@ -92,9 +101,12 @@ fn interrupt_after(program: &str, args: &[&str], rounds: usize, signal: i32) -> 
         if let Some(s) = child.try_wait().expect("waitpid") {
             break s;
         }
-        if signalled.elapsed() > Duration::from_secs(60) {
+        if signalled.elapsed() > hang_bound(Duration::ZERO) {
             let _ = child.kill();
-            panic!("{args:?}: still running 60 s after the signal");
+            panic!(
+                "{args:?}: still running {:?} after the signal",
+                signalled.elapsed()
+            );
         }
         std::thread::sleep(Duration::from_millis(10));
     };
@@ -140,6 +152,8 @@ fn sigterm_stops_compare_and_every_output_keeps_the_measured_rounds() {
             "compare",
             "--rounds",
             "1000000",
+            "--timeout",
+            TIMEOUT,
             "--warmup",
             "5",
             "--seed",
@@ -188,7 +202,18 @@ fn ctrl_c_stops_compare_even_when_the_shell_ignores_it() {
     let s = interrupt_after(
         "/bin/sh",
         &[
-            "-c", &script, "sh", "compare", "--rounds", "1000000", "--warmup", "2", "--seed", "4",
+            "-c",
+            &script,
+            "sh",
+            "compare",
+            "--rounds",
+            "1000000",
+            "--timeout",
+            TIMEOUT,
+            "--warmup",
+            "2",
+            "--seed",
+            "4",
         ],
         10,
         libc::SIGINT,
@@ -214,7 +239,14 @@ fn sigterm_stops_check_and_the_json_judges_what_was_measured() {
     }
     let s = interrupt_after(
         bin(),
-        &["check", "--rounds", "1000000", "--json"],
+        &[
+            "check",
+            "--rounds",
+            "1000000",
+            "--timeout",
+            TIMEOUT,
+            "--json",
+        ],
         5,
         libc::SIGTERM,
     );
@@ -227,7 +259,7 @@ fn sigterm_stops_check_and_the_json_judges_what_was_measured() {
         .is_some_and(|i| i.contains("SIGTERM")));
     assert_eq!(doc["ok"], false, "an interrupted run is never ok");
     let checks = doc["checks"].as_array().expect("checks");
-    assert_eq!(checks.len(), 6, "every check is reported");
+    assert_eq!(checks.len(), 7, "every check is reported");
     let by_id = |id: &str| {
         checks
             .iter()
@@ -259,9 +291,110 @@ fn ctrl_c_stops_check_and_the_table_is_printed() {
     if !kvm_or_skip() {
         return;
     }
-    let s = interrupt_after(bin(), &["check", "--rounds", "1000000"], 3, libc::SIGINT);
+    let s = interrupt_after(
+        bin(),
+        &["check", "--rounds", "1000000", "--timeout", TIMEOUT],
+        3,
+        libc::SIGINT,
+    );
     assert_eq!(s.status.code(), Some(130), "{}", s.stderr);
     assert!(s.stderr.contains("interrupted by SIGINT"), "{}", s.stderr);
     assert!(s.stdout.contains("1. same-start"), "{}", s.stdout);
     assert!(s.stdout.contains("INCOMPLETE"), "{}", s.stdout);
+}
+
+/// "A second Ctrl-C kills the process at once." Two SIGINTs sent back to
+/// back may merge into one pending signal, so the second is sent only once
+/// the first has been handled, which is observable without any log: the
+/// report only starts on stdout after the run has stopped, and a run of a
+/// million rounds stops only when asked. The report (`--json`, every round)
+/// is made larger than the stdout pipe holds and the test reads just its
+/// first byte, so the process stays alive, blocked writing it, until the
+/// second SIGINT. It must then die of SIGINT, not exit 130 after the report
+/// (the second ignored) nor before it (the first not handled).
+#[test]
+fn a_second_ctrl_c_kills_the_process_at_once() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::ExitStatusExt;
+    use std::sync::mpsc;
+
+    if !kvm_or_skip() {
+        return;
+    }
+    let stream = scratch("second-sigint.jsonl");
+    let mut child = Command::new(bin())
+        .args(["run", "--vcpus", "2", "--variant", "xen-head"])
+        .args(["--rounds", "1000000", "--timeout", TIMEOUT, "--json"])
+        .arg("--output")
+        .arg(&stream)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let stdout = child.stdout.take().expect("stdout");
+    // SAFETY: F_GETPIPE_SZ on a pipe this process holds open; no memory is
+    // passed.
+    let pipe = unsafe { libc::fcntl(stdout.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    assert!(pipe > 0, "F_GETPIPE_SZ failed");
+    // The report holds every streamed round (plus more): four pipes' worth
+    // of stream is more than the pipe and the one byte read can take.
+    let wanted = 4 * pipe as u64;
+    let bound = hang_bound(Duration::from_secs(TIMEOUT_SECS));
+    let started = Instant::now();
+    while std::fs::metadata(&stream).map_or(0, |m| m.len()) < wanted {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the run ended ({status}) before it streamed {wanted} bytes");
+        }
+        assert!(started.elapsed() < bound, "the run streamed too little");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = i32::try_from(child.id()).expect("pid");
+    // SAFETY: kill(2) on our own child, which has not been waited for yet.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+
+    // The first byte of the report: the first SIGINT was handled.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut stdout = stdout;
+        let mut byte = [0u8; 1];
+        let got = stdout.read_exact(&mut byte).map(|()| byte[0]);
+        // The pipe goes back unread, so that the writer stays blocked.
+        let _ = tx.send((got, stdout));
+    });
+    let (first, _stdout) = match rx.recv_timeout(hang_bound(Duration::ZERO)) {
+        Ok((Ok(b), stdout)) => (b, stdout),
+        Ok((Err(e), _)) => {
+            let status = child.wait().expect("waitpid");
+            panic!("no report after the first SIGINT ({e}); the process ended: {status}");
+        }
+        Err(_) => {
+            let _ = child.kill();
+            panic!("the first SIGINT did not stop the run: no report");
+        }
+    };
+    assert_eq!(first, b'{', "the JSON report starts");
+    assert!(
+        child.try_wait().expect("waitpid").is_none(),
+        "the process ended with its report unwritten"
+    );
+
+    // SAFETY: as above; the child is still running (checked just now).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let signalled = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waitpid") {
+            break s;
+        }
+        if signalled.elapsed() > hang_bound(Duration::ZERO) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a second SIGINT did not kill the process (it kept writing its report)");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGINT),
+        "the second SIGINT must kill the process, not let it finish: {status}"
+    );
 }

@@ -268,7 +268,7 @@ pub struct Config {
     pub inject_round: u32,
     /// The rendezvous iteration the fault hits (0-based, in execution order:
     /// 0 is Xen's `i == 4`, the last is `i == 0`); used by the kinds that fire
-    /// inside the loop (stall, triple fault, panic).
+    /// inside the loop (stall, triple fault, panic, gp, sse).
     pub inject_iteration: u32,
     /// [`Inject::Delay`]: cycles to spin before the final TSC write.
     pub inject_cycles: u64,
@@ -346,11 +346,45 @@ pub enum Inject {
     CorruptIndex = 6,
     /// The vCPU's record holds impossible values (written below its first TSC).
     CorruptValue = 7,
+    /// The vCPU reads an MSR no CPU has ([`Inject::GP_MSR`]) at the start of
+    /// the given round and iteration: a #GP that reaches the guest's IDT.
+    Gp = 8,
+    /// The vCPU copies an SSE instruction (`xorps xmm0, xmm0`; `ret`) onto
+    /// its stack and calls it at the start of the given round and iteration:
+    /// the bytes are in no executable segment of the image. PVM's emulator
+    /// cannot emulate it (KVM internal error); on VMX/SVM, with CR4.OSFXSR
+    /// clear, the CPU raises #UD.
+    Sse = 9,
+    /// The vCPU reports the end of the round to a port of no meaning
+    /// ([`Inject::BAD_PORT`]) instead of [`ports::ROUND_DONE`].
+    BadPort = 10,
+    /// The vCPU reports the end of the round as the end of the next one.
+    WrongRound = 11,
+    /// The vCPU reports that it finished every round at the end of the
+    /// round, and halts.
+    EarlyDone = 12,
 }
 
+const _: () = assert!(!matches!(
+    Inject::BAD_PORT,
+    ports::CONSOLE
+        | ports::ROUND_DONE
+        | ports::DONE
+        | ports::PANIC
+        | ports::EXCEPTION
+        | ports::COMMAND_DONE
+));
+
 impl Inject {
+    /// [`Inject::Gp`]: the MSR read, outside every range Intel, AMD or KVM
+    /// define.
+    pub const GP_MSR: u32 = 0x0bad_0000;
+    /// [`Inject::BadPort`]: the port written, which the contract gives no
+    /// meaning (see [`ports`]).
+    pub const BAD_PORT: u16 = 0x05ff;
+
     /// Every kind, [`Inject::None`] first.
-    pub const ALL: [Inject; 8] = [
+    pub const ALL: [Inject; 13] = [
         Inject::None,
         Inject::Stall,
         Inject::Delay,
@@ -359,6 +393,11 @@ impl Inject {
         Inject::CorruptSize,
         Inject::CorruptIndex,
         Inject::CorruptValue,
+        Inject::Gp,
+        Inject::Sse,
+        Inject::BadPort,
+        Inject::WrongRound,
+        Inject::EarlyDone,
     ];
 
     /// Decodes a raw kind, `None` for anything unknown.
@@ -372,6 +411,11 @@ impl Inject {
             5 => Some(Inject::CorruptSize),
             6 => Some(Inject::CorruptIndex),
             7 => Some(Inject::CorruptValue),
+            8 => Some(Inject::Gp),
+            9 => Some(Inject::Sse),
+            10 => Some(Inject::BadPort),
+            11 => Some(Inject::WrongRound),
+            12 => Some(Inject::EarlyDone),
             _ => None,
         }
     }
@@ -387,6 +431,11 @@ impl Inject {
             Inject::CorruptSize => "corrupt-size",
             Inject::CorruptIndex => "corrupt-index",
             Inject::CorruptValue => "corrupt-value",
+            Inject::Gp => "gp",
+            Inject::Sse => "sse",
+            Inject::BadPort => "bad-port",
+            Inject::WrongRound => "wrong-round",
+            Inject::EarlyDone => "early-done",
         }
     }
 
@@ -984,7 +1033,7 @@ mod tests {
             assert_eq!(Inject::from_name(k.name()), Some(k));
             assert_eq!(Inject::from_raw(k as u32), Some(k));
         }
-        assert_eq!(Inject::from_raw(8), None);
+        assert_eq!(Inject::from_raw(Inject::ALL.len() as u32), None);
     }
 
     #[test]

@@ -54,6 +54,14 @@ impl Hw {
             },
             Inject::TripleFault => triple_fault(),
             Inject::Panic => panic!("injected fault: guest panic"),
+            Inject::Gp => {
+                read_missing_msr();
+                panic!("injected fault: rdmsr of a non-existent MSR did not fault (kvm.ignore_msrs set?)");
+            }
+            Inject::Sse => {
+                call_sse_from_the_stack();
+                panic!("injected fault: an SSE instruction ran with CR4.OSFXSR clear");
+            }
             _ => {}
         }
     }
@@ -180,6 +188,44 @@ fn triple_fault() -> ! {
     // CPU shuts down (KVM_EXIT_SHUTDOWN), nothing after it runs.
     unsafe {
         asm!("lidt [{}]", "ud2", in(reg) empty.as_ptr(), options(noreturn, nostack));
+    }
+}
+
+/// Reads [`Inject::GP_MSR`], which no CPU has: KVM raises #GP, which the
+/// guest's IDT reports. `mov ecx` and `rdmsr` are one asm block, so the
+/// faulting instruction is the `rdmsr` right after `mov ecx, GP_MSR`.
+#[inline(never)]
+fn read_missing_msr() {
+    // SAFETY: rdmsr of a missing MSR raises #GP, which the IDT reports to the
+    // VMM (the vCPU never returns here); were it ignored, it only clobbers
+    // the registers declared.
+    unsafe {
+        asm!("mov ecx, {msr}", "rdmsr", msr = const Inject::GP_MSR, out("eax") _, out("ecx") _,
+             out("edx") _, options(nostack, preserves_flags));
+    }
+}
+
+/// `xorps xmm0, xmm0` (0f 57 c0), then `ret` (c3): stored byte by byte at
+/// run time, so these bytes are in no executable segment of the image.
+const SSE_STUB: [u8; 4] = [0x0f, 0x57, 0xc0, 0xc3];
+
+/// Copies [`SSE_STUB`] onto this vCPU's stack and calls it. PVM cannot
+/// emulate it (KVM_EXIT_INTERNAL_ERROR); on VMX/SVM, with CR4.OSFXSR clear,
+/// it raises #UD, which the IDT reports.
+#[inline(never)]
+fn call_sse_from_the_stack() {
+    let mut code = [0xccu8; 16];
+    for (i, b) in SSE_STUB.iter().enumerate() {
+        // SAFETY: `i` < 4 <= 16: inside `code`; volatile so that the stores
+        // are not elided (the only reader is the instruction fetch).
+        unsafe { core::ptr::write_volatile(code.as_mut_ptr().add(i), *b) };
+    }
+    // SAFETY: the identity map has no NX bit (EFER.NXE is clear), so the
+    // stack is executable; the stub is a complete function (ret), so if it
+    // runs it returns here. It would clobber xmm0, which the guest never
+    // uses; every other register the call may touch is declared clobbered.
+    unsafe {
+        asm!("call {stub}", stub = in(reg) code.as_ptr(), clobber_abi("C"));
     }
 }
 

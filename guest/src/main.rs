@@ -64,7 +64,10 @@ extern "C" fn guest_main(index: u64) -> ! {
         rt::fail(PanicCode::BadConfig, b"unknown fault injection kind");
     };
     let targeted = inject != Inject::None && config.inject_vcpu == index;
-    let in_loop = matches!(inject, Inject::Stall | Inject::TripleFault | Inject::Panic);
+    let in_loop = matches!(
+        inject,
+        Inject::Stall | Inject::TripleFault | Inject::Panic | Inject::Gp | Inject::Sse
+    );
     if targeted && in_loop && config.inject_iteration >= PROGRESS_PAST_LOOP {
         rt::fail(
             PanicCode::BadConfig,
@@ -116,8 +119,15 @@ extern "C" fn guest_main(index: u64) -> ! {
             rec.written = 1;
         }
         store_record(index, &rec);
-        if hit && corrupt == Inject::CorruptSize {
-            cpu::out16(ports::ROUND_DONE, round as u16);
+        match corrupt {
+            Inject::CorruptSize if hit => cpu::out16(ports::ROUND_DONE, round as u16),
+            Inject::BadPort if hit => cpu::out32(Inject::BAD_PORT, round),
+            Inject::WrongRound if hit => cpu::out32(ports::ROUND_DONE, round.wrapping_add(1)),
+            Inject::EarlyDone if hit => {
+                cpu::out32(ports::DONE, round);
+                cpu::halt_forever()
+            }
+            _ => {}
         }
         cpu::out32(ports::ROUND_DONE, round);
     }

@@ -12,45 +12,133 @@
 use std::io::{self, Write};
 
 use super::MeasuredRound;
+use crate::analysis::VcpuResult;
 
 /// The header line.
 pub const HEADER: &str = "seq,vm,block,round_in_vm,variant,vcpu,exit_latency_cycles,skew_cycles,\
 tsc_adjust_delta,write_latency_cycles,write_honoured,disagreements";
 
-/// Writes the rows of `rounds` to `out`.
 /// A value, or an empty field where it does not apply.
 fn opt(v: Option<i64>) -> String {
     v.map_or_else(String::new, |x| x.to_string())
+}
+
+/// `write_honoured`: `true`, `false`, or empty when undetermined.
+fn honoured(h: Option<bool>) -> &'static str {
+    match h {
+        Some(true) => "true",
+        Some(false) => "false",
+        None => "",
+    }
+}
+
+/// The row of vCPU `v` in measured round `r` (no line end), in [`HEADER`]'s
+/// column order.
+pub fn row(r: &MeasuredRound, v: &VcpuResult) -> String {
+    let res = &r.result;
+    format!(
+        "{},{},{},{},{},{},{},{},{},{},{},{}",
+        r.seq,
+        r.vm,
+        r.block,
+        r.round_in_vm,
+        res.variant,
+        v.id,
+        opt(v.exit_latency_cycles),
+        res.skew_cycles,
+        v.tsc_adjust_delta,
+        opt(v.write_latency_cycles),
+        honoured(v.write_honoured),
+        res.disagreements.len()
+    )
 }
 
 /// Writes every measured round, one row per vCPU.
 pub fn write_csv(out: &mut impl Write, rounds: &[MeasuredRound]) -> io::Result<()> {
     writeln!(out, "{HEADER}")?;
     for r in rounds {
-        let res = &r.result;
-        for v in &res.vcpus {
-            let honoured = match v.write_honoured {
-                Some(true) => "true",
-                Some(false) => "false",
-                None => "",
-            };
-            writeln!(
-                out,
-                "{},{},{},{},{},{},{},{},{},{},{},{}",
-                r.seq,
-                r.vm,
-                r.block,
-                r.round_in_vm,
-                res.variant,
-                v.id,
-                opt(v.exit_latency_cycles),
-                res.skew_cycles,
-                v.tsc_adjust_delta,
-                opt(v.write_latency_cycles),
-                honoured,
-                res.disagreements.len()
-            )?;
+        for v in &r.result.vcpus {
+            writeln!(out, "{}", row(r, v))?;
         }
     }
     out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+    use crate::analysis::{RoundResult, SkewBasis};
+
+    fn vcpu(id: u32, exit: Option<i64>, latency: Option<i64>, h: Option<bool>) -> VcpuResult {
+        VcpuResult {
+            id,
+            tsc_adjust_delta: -1000 - i64::from(id),
+            guest_adjust_delta: None,
+            offset_delta: None,
+            written_value: 5,
+            tsc_first: 1,
+            tsc_before_write: 2,
+            tsc_after_loop: 9,
+            wrote: true,
+            tsc_at_write: None,
+            write_latency_cycles: latency,
+            exit_latency_cycles: exit,
+            write_honoured: h,
+            decided_by: None,
+            host_saw_write: None,
+            guest_saw_jump: None,
+            rel_offset_adjust: 0,
+            rel_offset_attr: None,
+            rel_offset_bracket: 0,
+            rel_offset_bracket_error: 0,
+            tsc_khz: 1,
+        }
+    }
+
+    /// Every column, in order, for a round with two vCPUs: one with every
+    /// value, one where they do not apply (empty fields); the round's skew
+    /// and disagreement count on both rows.
+    #[test]
+    fn each_column_holds_its_value_and_missing_values_are_empty() {
+        let round = MeasuredRound {
+            seq: 7,
+            vm: 1,
+            block: 3,
+            round_in_vm: 12,
+            result: RoundResult {
+                round: 12,
+                variant: Cow::Borrowed("xen-head"),
+                skew_cycles: 4321,
+                skew_cycles_attr: None,
+                skew_cycles_bracket: 0,
+                skew_cycles_bracket_error: 0,
+                writes_honoured: None,
+                undecided_vcpus: 0,
+                skew_basis: SkewBasis::Creation,
+                cpu0_exit_latency_cycles: Some(20_000),
+                sync: None,
+                disagreements: vec!["a".into(), "b".into()],
+                vcpus: vec![
+                    vcpu(0, Some(20_000), Some(35), Some(false)),
+                    vcpu(1, None, None, None),
+                ],
+            },
+        };
+        let mut out = Vec::new();
+        write_csv(&mut out, &[round]).expect("write to memory");
+        let text = String::from_utf8(out).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                HEADER,
+                "7,1,3,12,xen-head,0,20000,4321,-1000,35,false,2",
+                "7,1,3,12,xen-head,1,,4321,-1001,,,2",
+            ]
+        );
+        assert_eq!(honoured(Some(true)), "true");
+        assert_eq!(HEADER.split(',').count(), lines[1].split(',').count());
+    }
 }

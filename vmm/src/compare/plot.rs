@@ -1,8 +1,8 @@
 //! `compare --plot`: an SVG with the distributions side by side, drawn with
 //! plotters: empirical CDFs of CPU 0's loop-exit time and of the skew, one
-//! line per variant. The x axes show the body of the distributions (up to
-//! 1.25 times the largest 90th percentile); how many rounds lie beyond is in
-//! the legend, and the maxima are in the table.
+//! line per variant. The x axes show the body of the distributions (they end
+//! at 1.25 times the largest 90th percentile, [`x_range`]); how many rounds
+//! lie beyond is in the legend ([`legend`]), and the maxima are in the table.
 
 use std::path::Path;
 
@@ -28,6 +28,48 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v
 }
 
+/// The x range of a panel showing the sorted samples `series`: from the
+/// smallest value to 1.25 times the largest 90th percentile (R's type 7), or
+/// to the largest value when that is smaller. Rounds delayed by the host
+/// scheduler (often 1000 times longer) then do not squash the body of the
+/// curves; they still count in the CDF, which ends below 1, and the legend
+/// says how many lie beyond ([`legend`]). A degenerate range (one value,
+/// no values) is widened to one around it.
+pub fn x_range(series: &[&[f64]]) -> (f64, f64) {
+    let nonempty = || series.iter().filter(|s| !s.is_empty());
+    let lo = nonempty().map(|s| s[0]).fold(f64::INFINITY, f64::min);
+    let max = nonempty()
+        .map(|s| s[s.len() - 1])
+        .fold(f64::NEG_INFINITY, f64::max);
+    let p90 = nonempty()
+        .map(|s| percentile_sorted(s, 90.0))
+        .fold(f64::NEG_INFINITY, f64::max);
+    let hi = (1.25 * p90).min(max);
+    if lo.is_finite() && hi > lo {
+        (lo, hi)
+    } else if lo.is_finite() {
+        (lo - 1.0, lo + 1.0)
+    } else {
+        (0.0, 1.0)
+    }
+}
+
+/// How many of `values` lie beyond an x axis ending at `hi` (drawn off the
+/// panel).
+pub fn beyond_axis(values: &[f64], hi: f64) -> usize {
+    values.iter().filter(|&&x| x > hi).count()
+}
+
+/// A series' legend entry: its name, its count, and how many of its values
+/// lie beyond the axis ending at `hi`.
+pub fn legend(name: &str, values: &[f64], hi: f64) -> String {
+    format!(
+        "{name} (n = {}, {} beyond the axis)",
+        values.len(),
+        beyond_axis(values, hi)
+    )
+}
+
 /// Draws the CDFs of `report`'s variants into the SVG file `path`.
 pub fn draw_plot(
     path: &Path,
@@ -49,36 +91,14 @@ pub fn draw_plot(
     let panels = root.split_evenly((1, 2));
     let metrics = [Metric::Cpu0ExitLatencyCycles, Metric::SkewCycles];
     for (area, metric) in panels.iter().zip(metrics) {
-        // The x axis shows the body of the distributions: up to 1.25 times
-        // the largest 90th percentile. Rounds beyond it (delayed by the host
-        // scheduler, often 1000 times longer) still count in the CDF, whose
-        // curve then ends below 1; the legend says how many.
         let series: Vec<(String, Vec<f64>)> = report
             .variants
             .iter()
             .map(|v| (v.clone(), sorted(metric.values(rounds, v))))
             .filter(|(_, s)| !s.is_empty())
             .collect();
-        let lo = series
-            .iter()
-            .map(|(_, s)| s[0])
-            .fold(f64::INFINITY, f64::min);
-        let max = series
-            .iter()
-            .map(|(_, s)| s[s.len() - 1])
-            .fold(f64::NEG_INFINITY, f64::max);
-        let p90 = series
-            .iter()
-            .map(|(_, s)| percentile_sorted(s, 90.0))
-            .fold(f64::NEG_INFINITY, f64::max);
-        let hi = (p90 + (p90 - lo) * 0.25).min(max);
-        let (lo, hi) = if lo.is_finite() && hi > lo {
-            (lo, hi)
-        } else if lo.is_finite() {
-            (lo - 1.0, lo + 1.0)
-        } else {
-            (0.0, 1.0)
-        };
+        let sorted_series: Vec<&[f64]> = series.iter().map(|(_, s)| s.as_slice()).collect();
+        let (lo, hi) = x_range(&sorted_series);
         let mut chart = ChartBuilder::on(area)
             .caption(metric.title(), ("sans-serif", 16))
             .margin(12)
@@ -104,11 +124,7 @@ pub fn draw_plot(
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
                 .map_err(|e| e.to_string())?
-                .label(format!(
-                    "{name} (n = {}, {} beyond the axis)",
-                    s.len(),
-                    s.iter().filter(|&&x| x > hi).count()
-                ))
+                .label(legend(name, s, hi))
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                 });
@@ -122,4 +138,65 @@ pub fn draw_plot(
             .map_err(|e| e.to_string())?;
     }
     root.present().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Worked by hand: 1..=10 has p90 9.1 (type 7: rank 0.9 x 9 = 8.1, so
+    /// 9 + 0.1 x (10 - 9)); 11..=19 then 50 has p90 19 + 0.1 x 31 = 22.1. The
+    /// axis ends at 1.25 x 22.1 = 27.625 (below the largest value, 50) and
+    /// starts at the smallest value, 1.
+    #[test]
+    fn the_axis_ends_at_a_quarter_past_the_largest_p90() {
+        let a: Vec<f64> = (1..=10).map(f64::from).collect();
+        let mut b: Vec<f64> = (11..=19).map(f64::from).collect();
+        b.push(50.0);
+        let (lo, hi) = x_range(&[&a, &b]);
+        assert_eq!(lo, 1.0);
+        assert!((hi - 27.625).abs() < 1e-12, "{hi}");
+        // The order of the series does not matter.
+        assert_eq!(x_range(&[&b, &a]), (lo, hi));
+        // Alone, 1..=10 ends at 1.25 x 9.1 = 11.375, capped at its largest
+        // value, 10.
+        assert_eq!(x_range(&[&a]), (1.0, 10.0));
+    }
+
+    #[test]
+    fn the_axis_never_runs_past_the_largest_value() {
+        // p90 of [10, 10, 10, 10, 11] is 10.6; 1.25 x 10.6 = 13.25 > 11.
+        let a = [10.0, 10.0, 10.0, 10.0, 11.0];
+        assert_eq!(x_range(&[&a]), (10.0, 11.0));
+    }
+
+    #[test]
+    fn degenerate_ranges_are_widened() {
+        assert_eq!(x_range(&[&[5.0]]), (4.0, 6.0));
+        assert_eq!(x_range(&[&[0.0, 0.0]]), (-1.0, 1.0));
+        assert_eq!(x_range(&[]), (0.0, 1.0));
+        let empty: [f64; 0] = [];
+        assert_eq!(x_range(&[&empty, &[3.0, 3.0]]), (2.0, 4.0));
+    }
+
+    /// The legend counts the values strictly beyond the end of the axis.
+    #[test]
+    fn the_legend_counts_what_lies_beyond_the_axis() {
+        let v: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(beyond_axis(&v, 8.0), 2);
+        assert_eq!(beyond_axis(&v, 10.0), 0);
+        assert_eq!(beyond_axis(&v, 0.5), 10);
+        assert_eq!(
+            legend("xen-head", &v, 7.5),
+            "xen-head (n = 10, 3 beyond the axis)"
+        );
+        // Twenty ordinary rounds (20,000 + 100 i) and two the scheduler
+        // delayed 1000-fold: p90 is 21,800 + 0.9 x 100 = 21,890 (rank 18.9),
+        // the axis ends at 27,362.5 and the two lie beyond.
+        let mut w: Vec<f64> = (0..20).map(|i| 20_000.0 + 100.0 * f64::from(i)).collect();
+        w.extend([2.0e7, 3.0e7]);
+        let (_, hi) = x_range(&[&w]);
+        assert!((hi - 27_362.5).abs() < 1e-9, "{hi}");
+        assert_eq!(beyond_axis(&w, hi), 2);
+    }
 }
