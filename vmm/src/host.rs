@@ -1,11 +1,15 @@
-//! Facts about the host: which KVM this is, the kernel, the CPU.
+//! Facts about the host: which backend ran the algorithms, which KVM this is,
+//! the kernel, the CPU, and for the host backend which host CPUs its threads
+//! used.
 
 use std::fs;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::options::Backend;
 use crate::tsc::OffsetSource;
+use crate::vstate::sync_area::Windows;
 
 /// Which hypervisor implements /dev/kvm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,6 +100,18 @@ pub fn tsc_flags() -> Vec<String> {
         .collect()
 }
 
+/// Whether /proc/cpuinfo lists the CPU flag `name` (e.g. `hypervisor`: this
+/// OS runs in a virtual machine).
+pub fn has_cpu_flag(name: &str) -> bool {
+    let Ok(info) = fs::read_to_string("/proc/cpuinfo") else {
+        return false;
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("flags"))
+        .and_then(|l| l.split_once(':'))
+        .is_some_and(|(_, v)| v.split_whitespace().any(|f| f == name))
+}
+
 /// The host's current clocksource.
 pub fn clocksource() -> Option<String> {
     fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
@@ -104,15 +120,25 @@ pub fn clocksource() -> Option<String> {
 }
 
 /// Facts about the host, as reported.
+///
+/// In JSON, `offset_source` is `host_thread` for the host backend (the exact
+/// per-thread offsets); the [`HostInfo::offset_source`] field itself, which
+/// only the KVM backend fills, is then [`OffsetSource::None`].
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(into = "HostInfoJson", from = "HostInfoJson")]
 pub struct HostInfo {
-    /// See [`KvmFlavor`].
+    /// Where the algorithms ran. Missing in documents written before the
+    /// host backend existed: KVM.
+    pub backend: Backend,
+    /// See [`KvmFlavor`]. Not meaningful for the host backend (no KVM is
+    /// used): [`KvmFlavor::Unknown`] there.
     pub kvm_flavor: KvmFlavor,
     /// `uname -r`.
     pub kernel_release: String,
     /// `(major, minor)` of the release, when it parses.
     pub kernel_version: Option<(u32, u32)>,
-    /// The guest TSC frequency (KVM_GET_TSC_KHZ of vCPU 0), in kHz.
+    /// The TSC frequency in kHz: the guest's (KVM_GET_TSC_KHZ of vCPU 0), or
+    /// for the host backend the host's, measured against CLOCK_MONOTONIC.
     pub tsc_khz: Option<u32>,
     /// The CPU model.
     pub cpu_model: Option<String>,
@@ -122,15 +148,160 @@ pub struct HostInfo {
     pub clocksource: Option<String>,
     /// Whether the vCPU attribute KVM_VCPU_TSC_OFFSET is available (Linux >= 5.16).
     pub tsc_offset_attr: bool,
-    /// Where the exact per-vCPU TSC offsets came from.
-    #[serde(default = "no_offset_source")]
+    /// Where the exact per-vCPU TSC offsets came from (KVM backend).
     pub offset_source: OffsetSource,
-    /// Whether the guest sees IA32_TSC_ADJUST in its CPUID.
+    /// Whether the guest sees IA32_TSC_ADJUST in its CPUID (the host
+    /// backend simulates one per thread: true).
     pub guest_tsc_adjust: bool,
+    /// The host backend's threads; `None` for KVM.
+    pub host_threads: Option<HostThreads>,
+    /// The windows Linux's sync ran with (every run has them; they matter
+    /// for `linux-tsc-sync`). Not read back from JSON.
+    pub sync_windows: Option<Windows>,
 }
 
-fn no_offset_source() -> OffsetSource {
-    OffsetSource::None
+/// The host backend's threads and the host CPUs they ran on.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostThreads {
+    /// Threads, one per "vCPU".
+    pub threads: u32,
+    /// The host CPUs this process may run on (its affinity mask).
+    pub host_cpus: Vec<u32>,
+    /// Per thread, the host CPU it was pinned to; `None` when it was not
+    /// pinned (more threads than CPUs, or pinning failed: see the notes).
+    pub pinned: Vec<Option<u32>>,
+    /// Whether the threads outnumbered the host CPUs (they then yield in
+    /// every spin).
+    pub overcommitted: bool,
+    /// How [`HostInfo::tsc_khz`] was obtained.
+    pub tsc_khz_source: String,
+    /// Whether this OS itself runs in a virtual machine (the CPU reports the
+    /// `hypervisor` flag): then a hypervisor below this OS schedules its CPUs
+    /// and may virtualise `rdtsc`.
+    pub os_under_hypervisor: bool,
+}
+
+impl HostThreads {
+    /// Which host CPUs the threads ran on, in words.
+    pub fn placement(&self) -> String {
+        let cpus = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+        let pinned: Vec<u32> = self.pinned.iter().flatten().copied().collect();
+        let placed = if pinned.len() == self.pinned.len() {
+            format!("pinned to host CPUs {} (one each)", cpus(&pinned))
+        } else if pinned.is_empty() {
+            format!(
+                "not pinned ({} threads for {} host CPU(s): {})",
+                self.threads,
+                self.host_cpus.len(),
+                cpus(&self.host_cpus)
+            )
+        } else {
+            format!(
+                "partly pinned, to host CPUs {} (see the notes)",
+                cpus(&pinned)
+            )
+        };
+        format!("{} thread(s) of this OS, {placed}", self.threads)
+    }
+}
+
+/// The windows of Linux's sync, in words.
+pub fn windows_line(w: &Windows) -> String {
+    format!(
+        "{} ms for an AP that starts a package (none here: all CPUs are one package), {} ms \
+         ({} cycles) for every other AP",
+        w.first_ms,
+        w.ms,
+        crate::report::fmt_num(w.cycles as f64)
+    )
+}
+
+/// Where the exact offsets came from, as JSON names it: the KVM sources and
+/// the host backend's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum OffsetOrigin {
+    KvmVcpuTscOffset,
+    Debugfs,
+    None,
+    HostThread,
+}
+
+/// [`HostInfo`] as JSON has it (see there).
+#[derive(Serialize, Deserialize)]
+struct HostInfoJson {
+    #[serde(default)]
+    backend: Backend,
+    kvm_flavor: KvmFlavor,
+    kernel_release: String,
+    kernel_version: Option<(u32, u32)>,
+    tsc_khz: Option<u32>,
+    cpu_model: Option<String>,
+    cpu_tsc_flags: Vec<String>,
+    clocksource: Option<String>,
+    tsc_offset_attr: bool,
+    #[serde(default = "no_offset_origin")]
+    offset_source: OffsetOrigin,
+    guest_tsc_adjust: bool,
+    #[serde(default)]
+    host_threads: Option<HostThreads>,
+    #[serde(default, skip_deserializing)]
+    sync_windows: Option<Windows>,
+}
+
+fn no_offset_origin() -> OffsetOrigin {
+    OffsetOrigin::None
+}
+
+impl From<HostInfo> for HostInfoJson {
+    fn from(h: HostInfo) -> HostInfoJson {
+        let offset_source = match (h.backend, h.offset_source) {
+            (Backend::Host, _) => OffsetOrigin::HostThread,
+            (Backend::Kvm, OffsetSource::KvmVcpuTscOffset) => OffsetOrigin::KvmVcpuTscOffset,
+            (Backend::Kvm, OffsetSource::Debugfs) => OffsetOrigin::Debugfs,
+            (Backend::Kvm, OffsetSource::None) => OffsetOrigin::None,
+        };
+        HostInfoJson {
+            backend: h.backend,
+            kvm_flavor: h.kvm_flavor,
+            kernel_release: h.kernel_release,
+            kernel_version: h.kernel_version,
+            tsc_khz: h.tsc_khz,
+            cpu_model: h.cpu_model,
+            cpu_tsc_flags: h.cpu_tsc_flags,
+            clocksource: h.clocksource,
+            tsc_offset_attr: h.tsc_offset_attr,
+            offset_source,
+            guest_tsc_adjust: h.guest_tsc_adjust,
+            host_threads: h.host_threads,
+            sync_windows: h.sync_windows,
+        }
+    }
+}
+
+impl From<HostInfoJson> for HostInfo {
+    fn from(j: HostInfoJson) -> HostInfo {
+        let offset_source = match j.offset_source {
+            OffsetOrigin::KvmVcpuTscOffset => OffsetSource::KvmVcpuTscOffset,
+            OffsetOrigin::Debugfs => OffsetSource::Debugfs,
+            OffsetOrigin::None | OffsetOrigin::HostThread => OffsetSource::None,
+        };
+        HostInfo {
+            backend: j.backend,
+            kvm_flavor: j.kvm_flavor,
+            kernel_release: j.kernel_release,
+            kernel_version: j.kernel_version,
+            tsc_khz: j.tsc_khz,
+            cpu_model: j.cpu_model,
+            cpu_tsc_flags: j.cpu_tsc_flags,
+            clocksource: j.clocksource,
+            tsc_offset_attr: j.tsc_offset_attr,
+            offset_source,
+            guest_tsc_adjust: j.guest_tsc_adjust,
+            host_threads: j.host_threads,
+            sync_windows: j.sync_windows,
+        }
+    }
 }
 
 /// What a VM says about the host: the guest TSC frequency, whether KVM has the
@@ -149,10 +320,11 @@ pub struct VmFacts {
 }
 
 impl HostInfo {
-    /// Gathers the host's facts, with what the VM said.
+    /// Gathers the host's facts, with what the VM said (KVM backend).
     pub fn collect(vm: VmFacts) -> HostInfo {
         let release = kernel_release();
         HostInfo {
+            backend: Backend::Kvm,
             kvm_flavor: detect_flavor_in(Path::new("/sys/module")),
             kernel_version: parse_kernel_version(&release),
             kernel_release: release,
@@ -163,7 +335,36 @@ impl HostInfo {
             tsc_offset_attr: vm.tsc_offset_attr,
             offset_source: vm.offset_source,
             guest_tsc_adjust: vm.guest_tsc_adjust,
+            host_threads: None,
+            sync_windows: None,
         }
+    }
+
+    /// Gathers the host's facts for the host backend: the host's TSC
+    /// frequency as measured, its threads. No KVM is involved: no flavour,
+    /// no offset attribute; TSC_ADJUST is simulated per thread.
+    pub fn host_backend(tsc_khz: u32, threads: HostThreads) -> HostInfo {
+        let release = kernel_release();
+        HostInfo {
+            backend: Backend::Host,
+            kvm_flavor: KvmFlavor::Unknown,
+            kernel_version: parse_kernel_version(&release),
+            kernel_release: release,
+            tsc_khz: Some(tsc_khz),
+            cpu_model: cpu_model(),
+            cpu_tsc_flags: tsc_flags(),
+            clocksource: clocksource(),
+            tsc_offset_attr: false,
+            offset_source: OffsetSource::None,
+            guest_tsc_adjust: true,
+            host_threads: Some(threads),
+            sync_windows: None,
+        }
+    }
+
+    /// Whether the algorithms ran on host threads (no hypervisor involved).
+    pub fn on_host_threads(&self) -> bool {
+        self.backend == Backend::Host
     }
 }
 
@@ -197,6 +398,78 @@ mod tests {
         fs::create_dir_all(dir.join("kvm_pvm")).expect("temp dir");
         assert_eq!(detect_flavor_in(&dir), KvmFlavor::Pvm);
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    fn kvm_host() -> HostInfo {
+        HostInfo {
+            backend: Backend::Kvm,
+            kvm_flavor: KvmFlavor::Svm,
+            kernel_release: "6.1.0".into(),
+            kernel_version: Some((6, 1)),
+            tsc_khz: Some(2_000_000),
+            cpu_model: Some("a CPU".into()),
+            cpu_tsc_flags: vec!["tsc".into()],
+            clocksource: Some("tsc".into()),
+            tsc_offset_attr: true,
+            offset_source: OffsetSource::KvmVcpuTscOffset,
+            guest_tsc_adjust: true,
+            host_threads: None,
+            sync_windows: Some(Windows::at(2_000_000, (20, 2))),
+        }
+    }
+
+    /// A KVM document round-trips (the windows are not read back); one
+    /// written before the backend and the windows existed still loads, as
+    /// KVM.
+    #[test]
+    fn host_facts_round_trip_and_old_documents_load_as_kvm() {
+        let h = kvm_host();
+        let v = serde_json::to_value(&h).expect("serialises");
+        assert_eq!(v["backend"], "kvm");
+        assert_eq!(v["offset_source"], "kvm_vcpu_tsc_offset");
+        assert_eq!(v["sync_windows"]["cycles"], 4_000_000);
+        let back: HostInfo = serde_json::from_value(v.clone()).expect("loads");
+        assert_eq!(
+            back,
+            HostInfo {
+                sync_windows: None,
+                ..h.clone()
+            }
+        );
+        let mut old = v;
+        for k in ["backend", "host_threads", "sync_windows", "offset_source"] {
+            old.as_object_mut().map(|o| o.remove(k));
+        }
+        let back: HostInfo = serde_json::from_value(old).expect("an old document loads");
+        assert_eq!(back.backend, Backend::Kvm);
+        assert_eq!(back.offset_source, OffsetSource::None);
+    }
+
+    /// The host backend names its own offset source in JSON.
+    #[test]
+    fn the_host_backend_says_its_offsets_are_per_thread() {
+        let h = HostInfo {
+            backend: Backend::Host,
+            offset_source: OffsetSource::None,
+            host_threads: Some(HostThreads {
+                threads: 2,
+                host_cpus: vec![0, 1],
+                pinned: vec![Some(0), Some(1)],
+                overcommitted: false,
+                tsc_khz_source: "measured".into(),
+                os_under_hypervisor: true,
+            }),
+            ..kvm_host()
+        };
+        let v = serde_json::to_value(&h).expect("serialises");
+        assert_eq!(
+            (&v["backend"], &v["offset_source"]),
+            (&"host".into(), &"host_thread".into())
+        );
+        assert_eq!(v["host_threads"]["pinned"][1], 1);
+        let back: HostInfo = serde_json::from_value(v).expect("loads");
+        assert!(back.on_host_threads());
+        assert_eq!(back.host_threads, h.host_threads);
     }
 
     #[test]

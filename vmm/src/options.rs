@@ -1,16 +1,53 @@
-//! What a run is asked to do: the vCPUs, the schedule of variants, the
-//! deadline, the guest image and an optional injected fault. Built by the
-//! commands from their arguments and by the tests directly; read by
-//! [`crate::rounds`].
+//! What a run is asked to do: the backend, the vCPUs, the schedule of
+//! variants, the deadline, the guest image, the windows of Linux's sync and
+//! an optional injected fault. Built by the commands from their arguments and
+//! by the tests directly; read by [`crate::rounds`].
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use tsc_contract::{Config, Inject, Variant};
+
+use crate::vstate::sync_area::{FIRST_WINDOW_MS, WINDOW_MS};
+
+/// Where the algorithms run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// In a KVM guest: one vCPU per CPU, real `wrmsr IA32_TSC`, the TSC
+    /// state read back through KVM.
+    #[default]
+    Kvm,
+    /// On host threads of this OS ([`crate::native`]): one thread per
+    /// "vCPU", real `rdtsc`, TSC writes simulated as per-thread offsets. No
+    /// hypervisor of this tool is involved.
+    Host,
+}
+
+impl Backend {
+    /// Every backend.
+    pub const ALL: [Backend; 2] = [Backend::Kvm, Backend::Host];
+
+    /// The backend's name, as `--backend` takes it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Backend::Kvm => "kvm",
+            Backend::Host => "host",
+        }
+    }
+
+    /// Looks a backend up by its name.
+    pub fn from_name(name: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.name() == name)
+    }
+}
 
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
-    /// Number of vCPUs.
+    /// Where the algorithms run.
+    pub backend: Backend,
+    /// Number of vCPUs (host threads with [`Backend::Host`]).
     pub vcpus: u32,
     /// The variant of each round, in order.
     pub schedule: Vec<Variant>,
@@ -18,19 +55,26 @@ pub struct RunOptions {
     pub timeout: Duration,
     /// The guest image; the embedded one when `None`.
     pub image: Option<Vec<u8>>,
-    /// A fault for the guest to inject (testing the error handling).
+    /// A fault for the guest to inject (testing the error handling; KVM
+    /// only).
     pub inject: Option<Injection>,
+    /// The windows of Linux's sync (`linux-tsc-sync`), ms: for an AP that
+    /// starts a package, and for any other AP (Linux: 20 and 2).
+    pub sync_windows_ms: (u64, u64),
 }
 
 impl Default for RunOptions {
-    /// 2 vCPUs, one round of the seed, the default timeout, the embedded guest.
+    /// KVM, 2 vCPUs, one round of the seed, the default timeout, the
+    /// embedded guest, Linux's windows.
     fn default() -> Self {
         RunOptions {
+            backend: Backend::Kvm,
             vcpus: 2,
             schedule: vec![Variant::Xen6ca022a1],
             timeout: default_timeout(2, 1),
             image: None,
             inject: None,
+            sync_windows_ms: (FIRST_WINDOW_MS, WINDOW_MS),
         }
     }
 }
@@ -89,6 +133,20 @@ impl Injection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_defaults_are_kvm_and_linux_windows() {
+        let o = RunOptions::default();
+        assert_eq!((o.backend, o.sync_windows_ms), (Backend::Kvm, (20, 2)));
+        for b in Backend::ALL {
+            assert_eq!(Backend::from_name(b.name()), Some(b));
+        }
+        assert_eq!(Backend::from_name("qemu"), None);
+        assert_eq!(
+            serde_json::to_value(Backend::Host).ok(),
+            Some(serde_json::json!("host"))
+        );
+    }
 
     #[test]
     fn the_default_timeout_grows_with_the_work() {

@@ -26,8 +26,7 @@ fn opts(vcpus: u32, rounds: usize) -> RunOptions {
         vcpus,
         schedule: vec![Variant::XenHead; rounds],
         timeout: Duration::from_secs(600),
-        image: None,
-        inject: None,
+        ..RunOptions::default()
     }
 }
 

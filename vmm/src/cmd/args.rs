@@ -6,7 +6,7 @@ use std::time::Duration;
 use tsc_contract::{layout, Inject, Variant};
 use tsc_sync::ITERATIONS;
 
-use crate::options::Injection;
+use crate::options::{Backend, Injection};
 
 /// `--variants`: two or more distinct variants.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,4 +192,69 @@ pub fn parse_timeout(s: &str) -> Result<Duration, String> {
         return Err("the timeout must be a positive number of seconds".into());
     }
     Ok(Duration::from_secs_f64(t))
+}
+
+/// `--backend kvm|host`.
+pub fn parse_backend(s: &str) -> Result<Backend, String> {
+    Backend::from_name(s).ok_or_else(|| {
+        format!(
+            "unknown backend '{s}'; valid: {}",
+            Backend::ALL.map(Backend::name).join(", ")
+        )
+    })
+}
+
+/// The longest window `--linux-windows` accepts, ms.
+pub const MAX_WINDOW_MS: u64 = 60_000;
+
+/// `--linux-windows FIRST_MS,REST_MS`: two whole numbers of milliseconds,
+/// 1..=[`MAX_WINDOW_MS`] each.
+pub fn parse_windows(s: &str) -> Result<(u64, u64), String> {
+    let Some((first, rest)) = s.split_once(',') else {
+        return Err(format!(
+            "'{s}' is not FIRST_MS,REST_MS; give two windows in ms, e.g. 20,2 (Linux's)"
+        ));
+    };
+    let ms = |what: &str, v: &str| -> Result<u64, String> {
+        let n: u64 = v
+            .trim()
+            .parse()
+            .map_err(|_| format!("{what} '{v}' is not a whole number of ms"))?;
+        if !(1..=MAX_WINDOW_MS).contains(&n) {
+            return Err(format!(
+                "{what} must be 1..={MAX_WINDOW_MS} ms (a run of Linux's sync lasts one window)"
+            ));
+        }
+        Ok(n)
+    };
+    Ok((ms("FIRST_MS", first)?, ms("REST_MS", rest)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_parse_and_unknown_ones_name_the_valid_ones() {
+        assert_eq!(parse_backend("kvm"), Ok(Backend::Kvm));
+        assert_eq!(parse_backend("host"), Ok(Backend::Host));
+        let e = parse_backend("xen").expect_err("unknown");
+        assert!(e.contains("valid: kvm, host"), "{e}");
+    }
+
+    #[test]
+    fn windows_parse_and_bad_ones_name_the_fix() {
+        assert_eq!(parse_windows("20,2"), Ok((20, 2)));
+        assert_eq!(parse_windows(" 5 , 60000"), Ok((5, 60_000)));
+        for (bad, words) in [
+            ("20", "FIRST_MS,REST_MS"),
+            ("20,x", "REST_MS 'x'"),
+            ("0,2", "FIRST_MS must be 1..="),
+            ("20,60001", "REST_MS must be"),
+            ("-1,2", "whole number"),
+        ] {
+            let e = parse_windows(bad).expect_err(bad);
+            assert!(e.contains(words), "{bad}: {e}");
+        }
+    }
 }

@@ -11,18 +11,25 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::args::{
-    parse_bootstrap, parse_rounds, parse_timeout, parse_variant_list, parse_vcpus, VariantList,
+    parse_backend, parse_bootstrap, parse_rounds, parse_timeout, parse_variant_list, parse_vcpus,
+    parse_windows, VariantList,
 };
-use super::common::{create_output, install_stop_handlers, load_guest, Exit};
+use super::common::{cannot_run, create_output, install_stop_handlers, load_guest, Exit};
+use super::run::host_backend_refuses;
 use crate::compare::{
     analyse, draw_plot, measure, render_text, write_csv, CompareOptions, Partial,
 };
-use crate::options::default_timeout;
+use crate::options::{default_timeout, Backend};
 
 /// Options of `compare`.
 #[derive(Debug, Args, Clone)]
 pub struct CompareArgs {
-    /// Number of vCPUs taking part.
+    /// Where the algorithms run: `kvm` (one KVM guest) or `host` (threads of
+    /// this OS, one per vCPU; no hypervisor involved). See `run --help`.
+    #[arg(long, default_value = "kvm", value_parser = parse_backend)]
+    pub backend: Backend,
+
+    /// Number of vCPUs taking part (host threads with `--backend host`).
     #[arg(long, default_value_t = 2, value_parser = parse_vcpus)]
     pub vcpus: u32,
 
@@ -44,7 +51,8 @@ pub struct CompareArgs {
     pub seed: Option<u64>,
 
     /// Create a fresh VM every this many blocks (a block runs each variant
-    /// once); 0 runs everything in one VM, 1 is a fresh VM per block.
+    /// once); 0 runs everything in one VM, 1 is a fresh VM per block. With
+    /// `--backend host`: fresh threads (offsets and TSC_ADJUST back to 0).
     #[arg(long, default_value_t = 0, value_name = "BLOCKS")]
     pub fresh_vm_every: u32,
 
@@ -72,6 +80,11 @@ pub struct CompareArgs {
     /// Run this guest ELF instead of the embedded one.
     #[arg(long, value_name = "PATH")]
     pub guest: Option<PathBuf>,
+
+    /// The windows of linux-tsc-sync's warp checks, in ms (see `run --help`;
+    /// Linux: 20,2).
+    #[arg(long, value_name = "FIRST_MS,REST_MS", default_value = "20,2", value_parser = parse_windows)]
+    pub linux_windows: (u64, u64),
 }
 
 /// A progress bar on stderr that appears only once the run has taken a
@@ -128,6 +141,9 @@ pub fn main(args: &CompareArgs) -> Exit {
 }
 
 fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
+    if args.backend == Backend::Host {
+        host_backend_refuses(args.guest.is_some(), false).map_err(cannot_run)?;
+    }
     let image = load_guest(args.guest.as_deref())?;
     // Fail before measuring when an output cannot be written.
     let csv_file = args
@@ -154,6 +170,8 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
         .saturating_mul(variants.len() as u32)
         .saturating_add(args.warmup);
     let opts = CompareOptions {
+        backend: args.backend,
+        sync_windows_ms: args.linux_windows,
         vcpus: args.vcpus,
         variants,
         rounds: args.rounds,
@@ -167,9 +185,10 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
         image,
     };
     log::info!(
-        "comparing {:?} on {} vCPUs, {} rounds each, seed {seed}",
+        "comparing {:?} on {} vCPUs ({} backend), {} rounds each, seed {seed}",
         opts.variants,
         opts.vcpus,
+        opts.backend.name(),
         opts.rounds
     );
     let mut progress = ProgressBarOnStderr::new(!args.json && std::io::stderr().is_terminal());

@@ -11,28 +11,41 @@ use clap::Args;
 use tsc_contract::Variant;
 
 use super::args::{
-    parse_inject, parse_rounds, parse_timeout, parse_variants, parse_vcpus, VariantChoice,
+    parse_backend, parse_inject, parse_rounds, parse_timeout, parse_variants, parse_vcpus,
+    parse_windows, VariantChoice,
 };
 use super::common::{
     cannot_run, create_output, incomplete_note, install_stop_handlers, load_guest, Exit,
 };
 use crate::analysis::RoundResult;
 use crate::error::RunError;
-use crate::options::{default_timeout, Injection, RunOptions};
+use crate::options::{default_timeout, Backend, Injection, RunOptions};
 use crate::report::{self, Report, VariantReport};
 use crate::rounds::{self, RunFacts};
 use crate::stop;
+use crate::vstate::sync_area::{FIRST_WINDOW_MS, WINDOW_MS};
 
 /// Options of `run`.
 #[derive(Debug, Args, Clone)]
 pub struct RunArgs {
-    /// Number of vCPUs taking part (1 up to what KVM and the guest layout allow).
+    /// Where the algorithms run: `kvm` (in a KVM guest, real `wrmsr
+    /// IA32_TSC`, readback through KVM) or `host` (on threads of this OS, one
+    /// per vCPU, pinned to their own CPUs where there are enough; TSC writes
+    /// simulated as per-thread offsets; no hypervisor involved).
+    #[arg(long, default_value = "kvm", value_parser = parse_backend)]
+    pub backend: Backend,
+
+    /// Number of vCPUs taking part (1 up to what KVM and the guest layout
+    /// allow); with `--backend host`, the number of threads.
     #[arg(long, default_value_t = 2, value_parser = parse_vcpus)]
     pub vcpus: u32,
 
     /// The variant to run, or `all` for every variant one after another.
     /// Variants: xen-4.15 (before the seed), xen-6ca022a1 (the seed: latched
-    /// value), xen-head (the seed plus a PAUSE after the write).
+    /// value), xen-head (the seed plus a PAUSE after the write), xen-rfc-v3
+    /// (the RFC: the stamp on its own cache line, prefetched), xen-std (Xen's
+    /// std rendezvous: no TSC write), linux-tsc-sync (Linux's warp check and
+    /// TSC_ADJUST compensation, CPU 0 against each AP).
     #[arg(long, default_value = "all", value_parser = parse_variants)]
     pub variant: VariantChoice,
 
@@ -72,11 +85,18 @@ pub struct RunArgs {
     /// of round R holds impossible TSC values).
     #[arg(long, value_name = "SPEC", value_parser = parse_inject, verbatim_doc_comment)]
     pub inject: Option<Injection>,
+
+    /// The windows of linux-tsc-sync's warp checks, in ms: for an AP that
+    /// starts a package, and for every other AP (Linux: 20,2). All vCPUs are
+    /// one package, so every AP uses REST_MS.
+    #[arg(long, value_name = "FIRST_MS,REST_MS", default_value = "20,2", value_parser = parse_windows)]
+    pub linux_windows: (u64, u64),
 }
 
 impl Default for RunArgs {
     fn default() -> Self {
         RunArgs {
+            backend: Backend::Kvm,
             vcpus: 2,
             variant: VariantChoice::All,
             rounds: 100,
@@ -85,6 +105,7 @@ impl Default for RunArgs {
             guest: None,
             output: None,
             inject: None,
+            linux_windows: (FIRST_WINDOW_MS, WINDOW_MS),
         }
     }
 }
@@ -101,6 +122,9 @@ impl RunArgs {
     /// Checks what clap cannot check alone (options against each other);
     /// the error names the problem and the fix.
     pub fn validate(&self) -> Result<(), String> {
+        if self.backend == Backend::Host {
+            host_backend_refuses(self.guest.is_some(), self.inject.is_some())?;
+        }
         match &self.inject {
             Some(inj) => inj.check(self.vcpus, self.rounds),
             None => Ok(()),
@@ -114,6 +138,18 @@ impl RunArgs {
             None => default_timeout(self.vcpus, self.rounds),
         }
     }
+}
+
+/// What the host backend cannot do, named with the fix: it runs no guest,
+/// so it has no guest image to replace and no guest to inject faults into.
+pub fn host_backend_refuses(guest: bool, inject: bool) -> Result<(), String> {
+    if guest {
+        return Err("--guest needs a guest: use it with --backend kvm".into());
+    }
+    if inject {
+        return Err("--inject makes the guest misbehave: use it with --backend kvm".into());
+    }
+    Ok(())
 }
 
 /// The `--output` stream: one JSON line per completed round, flushed at once.
@@ -166,16 +202,19 @@ fn prepare_and_run(args: &RunArgs) -> Result<Exit, Exit> {
             break;
         }
         let opts = RunOptions {
+            backend: args.backend,
             vcpus: args.vcpus,
             schedule: vec![variant; args.rounds as usize],
             timeout: args.timeout(),
             image: image.clone(),
             inject: args.inject,
+            sync_windows_ms: args.linux_windows,
         };
         log::info!(
-            "running {} on {} vCPUs, {} rounds",
+            "running {} on {} vCPUs ({} backend), {} rounds",
             variant.name(),
             args.vcpus,
+            args.backend.name(),
             args.rounds
         );
         let mut rounds: Vec<RoundResult> = Vec::with_capacity(args.rounds as usize);
@@ -235,4 +274,56 @@ fn prepare_and_run(args: &RunArgs) -> Result<Exit, Exit> {
         return Ok(Exit::of(&error));
     }
     Ok(exit)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cmd::{Cli, Cmd};
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("tsc-rendezvous").chain(args.iter().copied()))
+    }
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        parse(args)
+            .expect("valid arguments")
+            .run_args()
+            .expect("a run")
+    }
+
+    #[test]
+    fn the_backend_and_the_windows_default_to_kvm_and_linux() {
+        let a = run_args(&[]);
+        assert_eq!((a.backend, a.linux_windows), (Backend::Kvm, (20, 2)));
+        let d = RunArgs::default();
+        assert_eq!((d.backend, d.linux_windows), (a.backend, a.linux_windows));
+        let a = run_args(&["--backend", "host", "--linux-windows", "50,5"]);
+        assert_eq!((a.backend, a.linux_windows), (Backend::Host, (50, 5)));
+        let a = run_args(&["run", "--backend", "host"]);
+        assert_eq!(a.backend, Backend::Host);
+        assert!(parse(&["--backend", "qemu"]).is_err());
+        assert!(parse(&["--linux-windows", "20"]).is_err());
+        let c = match parse(&["compare", "--backend", "host", "--linux-windows", "3,1"])
+            .expect("valid")
+            .command
+        {
+            Some(Cmd::Compare(c)) => c,
+            other => panic!("not compare: {other:?}"),
+        };
+        assert_eq!((c.backend, c.linux_windows), (Backend::Host, (3, 1)));
+    }
+
+    #[test]
+    fn the_host_backend_refuses_guest_options_with_the_fix() {
+        let a = run_args(&["--backend", "host", "--inject", "panic"]);
+        let e = a.validate().expect_err("no guest to inject into");
+        assert!(e.contains("--backend kvm"), "{e}");
+        let a = run_args(&["--backend", "host", "--guest", "g.elf"]);
+        assert!(a.validate().is_err());
+        assert!(run_args(&["--backend", "host"]).validate().is_ok());
+        assert!(run_args(&["--inject", "panic"]).validate().is_ok());
+    }
 }

@@ -58,6 +58,8 @@ pub fn measure(
     for (vm, p) in plans.iter().enumerate() {
         let schedule: Vec<Variant> = p.warmup.iter().chain(&p.measured).copied().collect();
         let run_opts = RunOptions {
+            backend: opts.backend,
+            sync_windows_ms: opts.sync_windows_ms,
             vcpus: opts.vcpus,
             schedule,
             timeout: opts.timeout,

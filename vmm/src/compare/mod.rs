@@ -27,6 +27,7 @@ use tsc_contract::Variant;
 use crate::analysis::RoundResult;
 use crate::host::HostInfo;
 use crate::inference::{MannWhitney, MedianShift};
+use crate::options::Backend;
 use crate::stats::Summary;
 
 pub use analyse::{analyse, p_text, verdict};
@@ -42,6 +43,11 @@ pub const SCHEMA: &str = "tsc-rendezvous/compare/v1";
 /// What to compare, and how.
 #[derive(Clone, Debug)]
 pub struct CompareOptions {
+    /// Where the algorithms run (a "VM" is a set of host threads with
+    /// [`Backend::Host`]).
+    pub backend: Backend,
+    /// The windows of Linux's sync, ms (see [`crate::options::RunOptions`]).
+    pub sync_windows_ms: (u64, u64),
     /// vCPUs per VM.
     pub vcpus: u32,
     /// The variants; the first is the reference. At least two, distinct.

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{p_text, CompareReport, Metric, VariantStats};
-use crate::host::KvmFlavor;
+use crate::host::{windows_line, KvmFlavor};
 use crate::stats::Summary;
 
 use crate::report::fmt_num as num;
@@ -33,22 +33,45 @@ pub fn render_text(r: &CompareReport) -> String {
         "Order: {} (seed {}); {} VM(s); {} warm-up round(s) run and excluded.",
         r.interleaving, r.seed, r.vms, r.warmup_rounds_run
     );
-    let flavor = match r.host.kvm_flavor {
-        KvmFlavor::Pvm => "PVM (software hypervisor: guest ring-0 code is emulated)",
-        KvmFlavor::Vmx => "VMX (kvm_intel)",
-        KvmFlavor::Svm => "SVM (kvm_amd)",
-        KvmFlavor::Unknown => "unknown",
+    let threads = r
+        .host
+        .host_threads
+        .as_ref()
+        .filter(|_| r.host.on_host_threads());
+    let flavor = match (threads, r.host.kvm_flavor) {
+        (Some(t), _) => format!(
+            "no hypervisor (host backend: {} on {}{})",
+            t.placement(),
+            r.host
+                .cpu_model
+                .as_deref()
+                .unwrap_or("an unknown CPU model"),
+            if t.os_under_hypervisor {
+                "; this OS itself runs in a VM"
+            } else {
+                ""
+            }
+        ),
+        (None, KvmFlavor::Pvm) => "PVM (software hypervisor: guest ring-0 code is emulated)".into(),
+        (None, KvmFlavor::Vmx) => "VMX (kvm_intel)".into(),
+        (None, KvmFlavor::Svm) => "SVM (kvm_amd)".into(),
+        (None, KvmFlavor::Unknown) => "unknown".into(),
     };
     let _ = writeln!(
         o,
-        "Host: {flavor}, TSC {} MHz. Took {:.2} s ({:.0} rounds/s).",
+        "Host: {flavor}, TSC {} MHz{}. Took {:.2} s ({:.0} rounds/s).",
         r.host.tsc_khz.map_or_else(
             || "unknown".to_string(),
             |k| format!("{:.3}", f64::from(k) / 1000.0)
         ),
+        if threads.is_some() { " (measured)" } else { "" },
         r.elapsed_seconds,
         r.rounds_per_second
     );
+    let linux = tsc_contract::Variant::LinuxTscSync.name();
+    if let (Some(w), true) = (&r.host.sync_windows, r.variants.iter().any(|v| v == linux)) {
+        let _ = writeln!(o, "{linux} windows: {}.", windows_line(w));
+    }
     if let Some(why) = &r.incomplete {
         let _ = writeln!(
             o,
@@ -135,7 +158,7 @@ pub fn render_text(r: &CompareReport) -> String {
     for n in &r.notes {
         let _ = writeln!(o, "note: {n}");
     }
-    if honoured.iter().all(|h| *h == Some(false)) {
+    if threads.is_none() && honoured.iter().all(|h| *h == Some(false)) {
         let _ = writeln!(
             o,
             "\nThe hypervisor ignored the guest's TSC writes: exit times are measured from the \

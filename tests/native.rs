@@ -1,0 +1,420 @@
+//! The host backend (`--backend host`): every variant on host threads, the
+//! invariants of what each algorithm does to the threads' TSCs, as the
+//! reports' own analysis sees them, and `run`/`compare` end to end (schemas,
+//! CSV, the overcommit warning, SIGTERM). No /dev/kvm is needed, except for
+//! the one test of `--linux-windows` on the KVM backend (skipped without it
+//! unless `CI` is set).
+//!
+//! Relations only: nothing here assumes a cycle count of this machine, and
+//! every wait is bounded by a generous deadline.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tsc_contract::Variant;
+use tsc_vmm::analysis::RoundResult;
+use tsc_vmm::options::{Backend, RunOptions};
+use tsc_vmm::rounds::{run, RunOutput};
+
+mod common;
+use common::kvm_or_skip;
+
+fn host_run(vcpus: u32, schedule: Vec<Variant>) -> RunOutput {
+    let opts = RunOptions {
+        backend: Backend::Host,
+        vcpus,
+        schedule,
+        timeout: Duration::from_secs(600),
+        ..RunOptions::default()
+    };
+    run(&opts).unwrap_or_else(|f| {
+        panic!(
+            "{vcpus} threads failed after {} rounds: {}",
+            f.rounds_completed, f.error
+        )
+    })
+}
+
+/// What holds of every round on the host backend, whatever the variant:
+/// one record per thread, methods (a) and (b) equal, TSC_ADJUST and the
+/// offset moved together.
+fn common_invariants(r: &RoundResult, vcpus: u32) {
+    assert_eq!(r.vcpus.len(), vcpus as usize, "one record per thread");
+    for v in &r.vcpus {
+        assert_eq!(
+            v.offset_delta,
+            Some(v.tsc_adjust_delta),
+            "{} thread {}: the offset moves exactly with TSC_ADJUST",
+            r.variant,
+            v.id
+        );
+        assert_eq!(v.guest_adjust_delta, Some(v.tsc_adjust_delta));
+        assert_eq!(v.rel_offset_attr, Some(v.rel_offset_adjust));
+    }
+    assert_eq!(r.skew_cycles_attr, Some(r.skew_cycles));
+}
+
+fn check_round(r: &RoundResult, variant: Variant, vcpus: u32) {
+    common_invariants(r, vcpus);
+    let first = r.vcpus.iter().map(|v| v.tsc_first).max().unwrap_or(0);
+    match variant {
+        v if v.writes_common_tsc() => {
+            let value = r.vcpus[0].written_value;
+            for c in &r.vcpus {
+                assert!(c.wrote);
+                assert_eq!(c.written_value, value, "one common value");
+                assert!(
+                    value >= first,
+                    "{value} below a first-iteration TSC {first}"
+                );
+                assert!(c.exit_latency_cycles.is_some());
+            }
+            assert_eq!(r.writes_honoured, Some(true));
+            assert!(r.cpu0_exit_latency_cycles.is_some());
+        }
+        Variant::XenStd => {
+            for c in &r.vcpus {
+                assert!(!c.wrote);
+                assert_eq!((c.tsc_adjust_delta, c.offset_delta), (0, Some(0)));
+                assert_eq!(c.written_value, 0);
+            }
+            assert_eq!(r.cpu0_exit_latency_cycles, None, "does not apply");
+        }
+        Variant::LinuxTscSync => {
+            let sync = r.sync.as_ref().expect("Linux's results");
+            assert_eq!(sync.aps.len(), vcpus as usize - 1);
+            assert_eq!(r.vcpus[0].tsc_adjust_delta, 0, "the source never moves");
+            for ap in &sync.aps {
+                let v = &r.vcpus[ap.ap as usize];
+                let total: i64 = ap.compensations.iter().sum();
+                assert_eq!(total, v.tsc_adjust_delta, "AP {}", ap.ap);
+                assert_eq!(v.offset_delta, Some(total), "AP {}", ap.ap);
+            }
+            assert_eq!(r.cpu0_exit_latency_cycles, None, "does not apply");
+        }
+        _ => unreachable!("every variant is one of the above"),
+    }
+}
+
+#[test]
+fn every_variant_runs_on_1_2_4_and_8_threads() {
+    for vcpus in [1, 2, 4, 8] {
+        for variant in Variant::ALL {
+            let out = host_run(vcpus, vec![variant; 3]);
+            assert_eq!(out.rounds.len(), 3);
+            let h = &out.facts.host;
+            assert_eq!(h.backend, Backend::Host);
+            let threads = h.host_threads.as_ref().expect("the threads' facts");
+            assert_eq!(threads.threads, vcpus);
+            assert_eq!(threads.pinned.len(), vcpus as usize);
+            for r in &out.rounds {
+                check_round(r, variant, vcpus);
+            }
+        }
+    }
+}
+
+/// After a rendezvous left some skew, the std rendezvous leaves the offsets
+/// exactly as they were, and Linux's sync compensates only through
+/// TSC_ADJUST, by what it wrote.
+#[test]
+fn the_std_rendezvous_keeps_a_skew_and_linux_moves_only_what_it_wrote() {
+    let schedule = vec![
+        Variant::Xen415,
+        Variant::XenStd,
+        Variant::XenStd,
+        Variant::LinuxTscSync,
+        Variant::XenStd,
+    ];
+    let out = host_run(3, schedule.clone());
+    for (r, v) in out.rounds.iter().zip(&schedule) {
+        check_round(r, *v, 3);
+    }
+    let rel = |r: &RoundResult| {
+        r.vcpus
+            .iter()
+            .map(|v| v.rel_offset_attr)
+            .collect::<Vec<_>>()
+    };
+    let [a, b, c, d, e] = &out.rounds[..] else {
+        panic!("five rounds")
+    };
+    assert_eq!(rel(b), rel(a), "xen-std moved an offset");
+    assert_eq!(rel(c), rel(a));
+    assert_eq!(rel(e), rel(d), "xen-std moved an offset");
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+}
+
+fn ok(args: &[&str]) -> (Output, Value) {
+    let out = bin().args(args).output().expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+    let doc = serde_json::from_slice(&out.stdout).expect("stdout is one JSON document");
+    (out, doc)
+}
+
+fn validate(doc: &Value, schema: &str) {
+    let schema: Value = serde_json::from_str(schema).expect("schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator.iter_errors(doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+}
+
+const RUN_SCHEMA: &str = include_str!("../vmm/schema/run-v1.json");
+const COMPARE_SCHEMA: &str = include_str!("../vmm/schema/compare-v1.json");
+
+#[test]
+fn run_json_validates_and_says_host_and_the_windows_used() {
+    let (_, doc) = ok(&[
+        "run",
+        "--backend",
+        "host",
+        "--rounds",
+        "3",
+        "--linux-windows",
+        "7,3",
+        "--json",
+    ]);
+    validate(&doc, RUN_SCHEMA);
+    let h = &doc["host"];
+    assert_eq!(h["backend"], "host");
+    assert_eq!(h["offset_source"], "host_thread");
+    assert_eq!(h["host_threads"]["threads"], 2);
+    let w = &h["sync_windows"];
+    assert_eq!(
+        (w["first_ms"].as_u64(), w["ms"].as_u64()),
+        (Some(7), Some(3))
+    );
+    let runs = doc["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), Variant::ALL.len());
+    let linux = runs
+        .iter()
+        .find(|r| r["variant"] == "linux-tsc-sync")
+        .expect("linux-tsc-sync ran");
+    for round in linux["rounds"].as_array().expect("rounds") {
+        for ap in round["sync"]["aps"].as_array().expect("APs") {
+            assert_eq!(
+                ap["window_cycles"], w["cycles"],
+                "every AP's window is REST_MS"
+            );
+        }
+    }
+}
+
+/// The KVM backend runs Linux's sync with the windows asked for too, and
+/// says so; its JSON names its backend.
+#[test]
+fn the_kvm_backend_uses_and_reports_the_windows_asked_for() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let (_, doc) = ok(&[
+        "run",
+        "--variant",
+        "linux-tsc-sync",
+        "--rounds",
+        "2",
+        "--linux-windows",
+        "7,3",
+        "--json",
+    ]);
+    validate(&doc, RUN_SCHEMA);
+    let h = &doc["host"];
+    assert_eq!(h["backend"], "kvm");
+    assert!(h["host_threads"].is_null());
+    let w = &h["sync_windows"];
+    assert_eq!(
+        (w["first_ms"].as_u64(), w["ms"].as_u64()),
+        (Some(7), Some(3))
+    );
+    for round in doc["runs"][0]["rounds"].as_array().expect("rounds") {
+        for ap in round["sync"]["aps"].as_array().expect("APs") {
+            assert_eq!(ap["window_cycles"], w["cycles"]);
+        }
+    }
+}
+
+#[test]
+fn the_text_report_says_no_hypervisor_and_names_the_cpu() {
+    let out = bin()
+        .args(["--backend", "host", "--rounds", "2"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no hypervisor was involved"), "{text}");
+    assert!(text.contains("Windows: 20 ms"), "{text}");
+    let model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|i| {
+        i.lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, m)| m.trim().to_string())
+    });
+    if let Some(m) = model {
+        assert!(text.contains(&m), "the CPU model {m} is named: {text}");
+    }
+    assert!(!text.contains("Did the hypervisor honour"), "{text}");
+}
+
+#[test]
+fn compare_on_host_threads_works_end_to_end() {
+    let dir = std::env::temp_dir().join(format!("tsc-native-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let csv = dir.join("rounds.csv");
+    let (_, doc) = ok(&[
+        "compare",
+        "--backend",
+        "host",
+        "--variants",
+        "xen-4.15,xen-6ca022a1",
+        "--rounds",
+        "40",
+        "--warmup",
+        "4",
+        "--seed",
+        "2",
+        "--json",
+        "--csv",
+        csv.to_str().expect("utf-8"),
+    ]);
+    validate(&doc, COMPARE_SCHEMA);
+    assert_eq!(doc["host"]["backend"], "host");
+    for v in doc["per_variant"].as_array().expect("per variant") {
+        assert_eq!(v["rounds"], 40);
+        assert_eq!(v["writes_honoured"], true);
+    }
+    assert_eq!(doc["verdicts"].as_array().map(Vec::len), Some(1));
+    let text = std::fs::read_to_string(&csv).expect("the CSV was written");
+    assert_eq!(
+        text.lines().count(),
+        1 + 40 * 2 * 2,
+        "one row per round and thread"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn more_threads_than_cpus_are_warned_about_and_still_finish() {
+    let out = bin()
+        .args([
+            "--backend",
+            "host",
+            "--vcpus",
+            "8",
+            "--rounds",
+            "3",
+            "--variant",
+            "xen-head",
+            "--json",
+        ])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let t = &doc["host"]["host_threads"];
+    let cpus = t["host_cpus"].as_array().map_or(0, Vec::len);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if cpus < 8 {
+        assert_eq!(t["overcommitted"], true);
+        assert!(t["pinned"]
+            .as_array()
+            .is_some_and(|p| p.iter().all(Value::is_null)));
+        assert!(stderr.contains("warning: 8 threads on"), "{stderr}");
+        let notes = doc["runs"][0]["notes"].to_string();
+        assert!(notes.contains("8 threads on"), "{notes}");
+    } else {
+        assert_eq!(t["overcommitted"], false);
+        assert!(!stderr.contains("warning"), "{stderr}");
+    }
+}
+
+#[test]
+fn guest_options_are_refused_on_the_host_backend() {
+    for args in [
+        &["--backend", "host", "--inject", "panic"][..],
+        &["compare", "--backend", "host", "--guest", "/nonexistent"][..],
+    ] {
+        let out = bin().args(args).output().expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--backend kvm"));
+    }
+}
+
+/// SIGTERM ends a run that would take days: exit 143, and the JSON report
+/// of every round completed before it.
+#[test]
+fn sigterm_stops_a_long_host_run_with_its_report() {
+    let mut child = bin()
+        .args(["run", "--backend", "host", "--rounds", "1000000", "--json"])
+        .env("RUST_LOG", "tsc_vmm::analysis=debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let analysed = Arc::new(AtomicUsize::new(0));
+    let stderr = child.stderr.take().expect("stderr");
+    let counter = analysed.clone();
+    let err_reader = std::thread::spawn(move || {
+        let mut other = String::new();
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.contains(" analysed") && line.contains("DEBUG") {
+                counter.fetch_add(1, Ordering::SeqCst);
+            } else {
+                other.push_str(&line);
+                other.push('\n');
+            }
+        }
+        other
+    });
+    let mut stdout = child.stdout.take().expect("stdout");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let until = Instant::now() + Duration::from_secs(120);
+    while analysed.load(Ordering::SeqCst) < 20 {
+        if Instant::now() > until || child.try_wait().ok().flatten().is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("fewer than 20 rounds before the deadline or the exit");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let before = analysed.load(Ordering::SeqCst);
+    let pid = i32::try_from(child.id()).expect("pid");
+    // SAFETY: kill(2) on our own child, which has not been waited for yet.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let signalled = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waitpid") {
+            break s;
+        }
+        if signalled.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("still running 60 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stderr = err_reader.join().unwrap_or_default();
+    let stdout = out_reader.join().unwrap_or_default();
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).expect("the report is JSON");
+    validate(&doc, RUN_SCHEMA);
+    let run = &doc["runs"][0];
+    let rounds = run["rounds"].as_array().map_or(0, Vec::len);
+    assert!(
+        rounds >= before,
+        "{rounds} rounds reported, {before} analysed"
+    );
+    assert!(run["notes"].to_string().contains("incomplete"));
+}
