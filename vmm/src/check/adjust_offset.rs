@@ -4,8 +4,8 @@
 
 use serde_json::json;
 
+use super::tally::RoundTally;
 use super::{context, Check, Context, Evidence, Finding, Verdict};
-use crate::analysis::{RoundResult, VcpuResult};
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 
@@ -24,53 +24,42 @@ impl Check for AdjustEqualsOffset {
     }
     fn run(&self, ev: &Evidence, _: &Context) -> Result<Finding, RunError> {
         Ok(judge(
-            &ev.rounds,
+            &ev.tally,
             ev.env.host.offset_source.exact(),
             ev.env.host.kvm_flavor,
         ))
     }
 }
 
-/// Check 3 from the rounds: every vCPU's TSC_ADJUST delta equals its offset
-/// delta, exactly. `exact` says whether exact offsets were read at all.
-pub fn judge(rounds: &[RoundResult], exact: bool, flavor: KvmFlavor) -> Finding {
+/// Check 3 from the rounds' tally: every vCPU's TSC_ADJUST delta equals its
+/// offset delta, exactly. `exact` says whether exact offsets were read at all.
+pub fn judge(t: &RoundTally, exact: bool, flavor: KvmFlavor) -> Finding {
     if !exact {
         return Finding::skip(
             "no exact offsets: KVM_VCPU_TSC_OFFSET is absent (Linux < 5.16) and KVM's debugfs \
              tsc-offset files could not be read (mount debugfs and run as root to read them)",
         );
     }
-    let total: usize = rounds.iter().map(|r| r.vcpus.len()).sum();
-    let mismatches: Vec<(u32, &VcpuResult)> = rounds
-        .iter()
-        .flat_map(|r| r.vcpus.iter().map(move |v| (r.round, v)))
-        .filter(|(_, v)| v.offset_delta != Some(v.tsc_adjust_delta))
-        .collect();
-    // Of the mismatches, those where the offset did not move at all while
-    // TSC_ADJUST recorded a write: the write was ignored.
-    let unmoved = mismatches
-        .iter()
-        .filter(|(_, v)| v.offset_delta == Some(0) && v.tsc_adjust_delta != 0)
-        .count();
+    let total = t.vcpu_rounds;
     let mut f = Finding::skip("no rounds ran")
         .with("comparisons", total)
-        .with("mismatches", mismatches.len())
-        .with("offsets_unmoved", unmoved);
+        .with("mismatches", t.mismatches)
+        .with("offsets_unmoved", t.offsets_unmoved);
     if total == 0 {
         return f;
     }
-    let Some((round, first)) = mismatches.first() else {
+    let Some(first) = t.first_mismatch else {
         f.set(Verdict::Pass, format!("all {total} deltas equal"));
         return f;
     };
     f.value(
         "first_mismatch",
-        json!({"round": round, "vcpu": first.id, "tsc_adjust_delta": first.tsc_adjust_delta,
+        json!({"round": first.round, "vcpu": first.vcpu, "tsc_adjust_delta": first.tsc_adjust_delta,
                "offset_delta": first.offset_delta}),
     );
-    let what = if unmoved == mismatches.len() {
+    let what = if t.offsets_unmoved == t.mismatches {
         "the offsets did not move although TSC_ADJUST recorded every write: the writes were ignored"
-    } else if unmoved == 0 {
+    } else if t.offsets_unmoved == 0 {
         "the offsets moved by other amounts than the writes' deltas"
     } else {
         "some offsets did not move, others moved by other amounts than the writes' deltas"
@@ -78,10 +67,11 @@ pub fn judge(rounds: &[RoundResult], exact: bool, flavor: KvmFlavor) -> Finding 
     f.set(
         Verdict::Fail,
         format!(
-            "{} of {total} deltas differ: {what}, e.g. round {round} vCPU {}: offset moved by {}, \
+            "{} of {total} deltas differ: {what}, e.g. round {} vCPU {}: offset moved by {}, \
              TSC_ADJUST by {}{}",
-            mismatches.len(),
-            first.id,
+            t.mismatches,
+            first.round,
+            first.vcpu,
             first
                 .offset_delta
                 .map_or_else(|| "?".to_string(), |d| d.to_string()),
@@ -107,13 +97,13 @@ mod tests {
             Some(true),
             100,
         )];
-        let f = judge(&good, true, KvmFlavor::Vmx);
+        let f = judge(&RoundTally::of(&good), true, KvmFlavor::Vmx);
         assert_eq!(
             (f.verdict, f.reason.as_str()),
             (Verdict::Pass, "all 2 deltas equal")
         );
         let off_by_one = [round(vec![vcpu(0, -400, Some(-399), None)], None, 0)];
-        let f = judge(&off_by_one, true, KvmFlavor::Vmx);
+        let f = judge(&RoundTally::of(&off_by_one), true, KvmFlavor::Vmx);
         assert_eq!(f.verdict, Verdict::Fail);
         assert!(
             f.reason
@@ -132,7 +122,7 @@ mod tests {
             Some(false),
             0,
         )];
-        let f = judge(&ignored, true, KvmFlavor::Pvm);
+        let f = judge(&RoundTally::of(&ignored), true, KvmFlavor::Pvm);
         assert_eq!(f.verdict, Verdict::Fail);
         assert!(
             f.reason.starts_with(
@@ -143,7 +133,7 @@ mod tests {
         );
         assert!(f.reason.ends_with("(host: PVM)"), "{}", f.reason);
         // The same data on another hypervisor gives the same reason.
-        let g = judge(&ignored, true, KvmFlavor::Vmx);
+        let g = judge(&RoundTally::of(&ignored), true, KvmFlavor::Vmx);
         assert_eq!(
             f.reason.trim_end_matches(" (host: PVM)"),
             g.reason.trim_end_matches(" (host: VMX)")
@@ -153,9 +143,12 @@ mod tests {
     #[test]
     fn without_exact_offsets_there_is_nothing_to_compare() {
         let r = [round(vec![vcpu(0, -400, None, None)], None, 0)];
-        let f = judge(&r, false, KvmFlavor::Svm);
+        let f = judge(&RoundTally::of(&r), false, KvmFlavor::Svm);
         assert_eq!(f.verdict, Verdict::Skip);
         assert!(f.reason.contains("debugfs"), "{}", f.reason);
-        assert_eq!(judge(&[], true, KvmFlavor::Svm).verdict, Verdict::Skip);
+        assert_eq!(
+            judge(&RoundTally::default(), true, KvmFlavor::Svm).verdict,
+            Verdict::Skip
+        );
     }
 }

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use tsc_contract::{RoundRecord, Variant};
 
 use super::report::{CheckOptions, Environment, SkewStats};
-use crate::analysis::{RoundAccumulator, RoundResult};
+use super::tally::RoundTally;
+use crate::analysis::RoundAccumulator;
 use crate::error::RunError;
 use crate::host::{cycles_to_ns, HostInfo};
 use crate::session::{Session, WarpSeen};
-use crate::stats::summarize;
 use crate::tsc::{host_rdtsc, TscState};
 
 /// Every guest's TSC read once more after the last round.
@@ -43,8 +43,8 @@ pub struct Evidence {
     pub options: CheckOptions,
     /// Every vCPU's TSC state before the first round.
     pub initial: Vec<TscState>,
-    /// The rounds completed.
-    pub rounds: Vec<RoundResult>,
+    /// What the completed rounds say, counted as they completed.
+    pub tally: RoundTally,
     /// The guests' TSC read after the rounds (absent when stopped before).
     pub later_read: Option<LaterRead>,
     /// The warp test (absent when stopped before).
@@ -55,7 +55,7 @@ impl Evidence {
     /// Skew statistics over the rounds completed.
     pub fn skew(&self) -> Option<SkewStats> {
         let khz = self.env.host.tsc_khz;
-        summarize(self.rounds.iter().map(|r| r.skew_cycles as f64)).map(|s| SkewStats {
+        self.tally.skew.summary().map(|s| SkewStats {
             median_cycles: s.median,
             p99_cycles: s.p99,
             median_ns: khz.map(|k| cycles_to_ns(s.median, k)),
@@ -77,7 +77,7 @@ pub fn measure(opts: &CheckOptions) -> Result<(Evidence, Option<RunError>), RunE
     let mut ev = Evidence {
         env,
         options: opts.clone(),
-        rounds: Vec::with_capacity(opts.rounds as usize),
+        tally: RoundTally::default(),
         later_read: None,
         warp: None,
         initial,
@@ -99,8 +99,8 @@ fn rounds_and_warp(s: &mut Session, ev: &mut Evidence) -> Result<(), RunError> {
         let sync = (opts.variant == Variant::LinuxTscSync)
             .then(|| s.sync_round())
             .transpose()?;
-        ev.rounds
-            .push(acc.add(round, opts.variant, &records, &after, sync));
+        let r = acc.add(round, opts.variant, &records, &after, sync);
+        ev.tally.add(&r);
     }
     let tsc = s.guest_rdtsc_all()?;
     ev.later_read = Some(LaterRead {

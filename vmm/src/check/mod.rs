@@ -22,7 +22,9 @@ pub mod junit;
 pub mod ktap;
 mod report;
 mod same_start;
+mod save_restore;
 mod skew_threshold;
+pub mod tally;
 #[cfg(test)]
 mod testdata;
 mod text;
@@ -78,6 +80,7 @@ pub static CHECKS: &[&dyn Check] = &[
     &writes_honoured::WritesHonoured,
     &warp::Warp,
     &skew_threshold::SkewThreshold,
+    &save_restore::SaveRestore,
 ];
 
 /// Why the checks could not produce a report.

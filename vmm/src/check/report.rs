@@ -308,6 +308,9 @@ pub(crate) mod tests {
             tool_version: "t".into(),
             environment: Environment {
                 host: HostInfo {
+                    backend: crate::host::Backend::Kvm,
+                    host_threads: None,
+                    sync_windows: None,
                     kernel_release: "6.1".into(),
                     kernel_version: Some((6, 1)),
                     kvm_flavor: KvmFlavor::Svm,

@@ -5,7 +5,7 @@
 use super::{Check, Context, Evidence, Finding};
 use crate::analysis::signed_delta;
 use crate::error::RunError;
-use crate::tsc::TscState;
+use crate::tsc::{OffsetSource, TscState};
 
 /// Check 1.
 pub struct SameStart;
@@ -21,27 +21,27 @@ impl Check for SameStart {
         "every vCPU starts with the same TSC offset and frequency"
     }
     fn run(&self, ev: &Evidence, _: &Context) -> Result<Finding, RunError> {
-        Ok(judge(&ev.initial, ev.env.host.offset_source.exact()))
+        Ok(judge(&ev.initial, ev.env.host.offset_source))
     }
 }
 
-/// Judges every vCPU's state before the first round; `offset_attr` says
-/// whether the offsets were read exactly (KVM_VCPU_TSC_OFFSET).
-pub fn judge(initial: &[TscState], offset_attr: bool) -> Finding {
+/// Judges every vCPU's state before the first round; `source` says where
+/// exact offsets came from, if from anywhere.
+pub fn judge(initial: &[TscState], source: OffsetSource) -> Finding {
     let khz: Vec<u32> = initial.iter().map(|t| t.tsc_khz).collect();
     let same_khz = khz.windows(2).all(|w| w[0] == w[1]);
     let mut f = Finding::skip("no vCPU").with("tsc_khz", &khz);
     if initial.is_empty() {
         return f;
     }
-    if offset_attr {
+    if source.exact() {
         let offsets: Vec<Option<u64>> = initial.iter().map(|t| t.offset).collect();
         f.value("offsets", &offsets);
         let same = offsets.windows(2).all(|w| w[0] == w[1]);
         match (same, same_khz) {
             (true, true) => f.set(
                 super::Verdict::Pass,
-                "equal offsets (KVM_VCPU_TSC_OFFSET) and frequencies",
+                format!("equal offsets ({}) and frequencies", source.short()),
             ),
             (false, _) => f.set(
                 super::Verdict::Fail,
@@ -75,7 +75,7 @@ pub fn judge(initial: &[TscState], offset_attr: bool) -> Finding {
     } else if worst.0 <= worst.1 && adj_zero {
         f.set(
             super::Verdict::Pass,
-            "offsets equal within the bracketed reads' error (no KVM_VCPU_TSC_OFFSET)",
+            "offsets equal within the bracketed reads' error (no exact offsets)",
         );
     } else {
         f.set(
@@ -105,13 +105,22 @@ mod tests {
     #[test]
     fn exact_offsets_must_be_equal() {
         let same = [state(Some(7), 0, 0, 1), state(Some(7), 0, 0, 1)];
-        assert_eq!(judge(&same, true).verdict, Verdict::Pass);
+        let f = judge(&same, OffsetSource::KvmVcpuTscOffset);
+        assert_eq!(f.verdict, Verdict::Pass);
+        assert_eq!(
+            f.reason,
+            "equal offsets (KVM_VCPU_TSC_OFFSET) and frequencies"
+        );
+        let f = judge(&same, OffsetSource::Debugfs);
+        assert_eq!(f.reason, "equal offsets (KVM debugfs) and frequencies");
         let differ = [state(Some(7), 0, 0, 1), state(Some(8), 0, 0, 1)];
-        let f = judge(&differ, true);
+        let f = judge(&differ, OffsetSource::Debugfs);
         assert_eq!(f.verdict, Verdict::Fail);
         assert!(f.reason.contains("different TSC offsets"), "{}", f.reason);
         let khz = [state(Some(7), 0, 0, 1), state(Some(7), 0, 0, 2)];
-        assert!(judge(&khz, true).reason.contains("frequencies"));
+        assert!(judge(&khz, OffsetSource::KvmVcpuTscOffset)
+            .reason
+            .contains("frequencies"));
     }
 
     #[test]
@@ -119,12 +128,12 @@ mod tests {
         // Offsets (tsc - bracket midpoint) 1000 and 1090; each bracket is 100
         // wide, so the error of the difference is 50 + 50 = 100.
         let near = [state(None, 1_050, 0, 1), state(None, 1_140, 0, 1)];
-        let f = judge(&near, false);
+        let f = judge(&near, OffsetSource::None);
         assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
         assert_eq!(f.values["largest_offset_difference_cycles"], 90);
         assert_eq!(f.values["error_cycles"], 100);
         let far = [state(None, 1_050, 0, 1), state(None, 1_151, 0, 1)];
-        assert_eq!(judge(&far, false).verdict, Verdict::Fail);
+        assert_eq!(judge(&far, OffsetSource::None).verdict, Verdict::Fail);
         let adjusted = [
             TscState {
                 adjust: 5,
@@ -132,11 +141,14 @@ mod tests {
             },
             near[1],
         ];
-        assert_eq!(judge(&adjusted, false).verdict, Verdict::Fail);
+        assert_eq!(judge(&adjusted, OffsetSource::None).verdict, Verdict::Fail);
     }
 
     #[test]
     fn no_vcpu_is_nothing_to_judge() {
-        assert_eq!(judge(&[], true).verdict, Verdict::Skip);
+        assert_eq!(
+            judge(&[], OffsetSource::KvmVcpuTscOffset).verdict,
+            Verdict::Skip
+        );
     }
 }

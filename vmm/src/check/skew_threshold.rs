@@ -1,8 +1,8 @@
 //! Check 6, `skew-threshold`: median and p99 skew over the rounds within
 //! `--max-skew-ns` / `--max-skew-cycles` (SKIP without a limit).
 
+use super::tally::RoundTally;
 use super::{Check, Context, Evidence, Finding, SkewStats, Verdict};
-use crate::analysis::RoundResult;
 use crate::error::RunError;
 
 /// Check 6.
@@ -20,7 +20,7 @@ impl Check for SkewThreshold {
     }
     fn run(&self, ev: &Evidence, _: &Context) -> Result<Finding, RunError> {
         Ok(judge(
-            &ev.rounds,
+            &ev.tally,
             ev.skew().as_ref(),
             ev.options.max_skew_ns,
             ev.options.max_skew_cycles,
@@ -30,7 +30,7 @@ impl Check for SkewThreshold {
 
 /// Check 6: median and p99 skew against the limits given (SKIP without one).
 pub fn judge(
-    rounds: &[RoundResult],
+    t: &RoundTally,
     skew: Option<&SkewStats>,
     max_ns: Option<f64>,
     max_cycles: Option<u64>,
@@ -41,11 +41,8 @@ pub fn judge(
         c.value("p99_cycles", st.p99_cycles);
         c.value("median_ns", st.median_ns);
         c.value("p99_ns", st.p99_ns);
-        c.value("rounds", rounds.len());
-        c.value(
-            "writes_honoured",
-            rounds.iter().all(|r| r.writes_honoured == Some(true)),
-        );
+        c.value("rounds", t.rounds);
+        c.value("writes_honoured", t.rounds_honoured == t.rounds);
     }
     let Some(st) = skew else {
         c.set(Verdict::Skip, "no rounds ran");
@@ -78,7 +75,7 @@ pub fn judge(
             _ => over.push("no TSC frequency to convert to ns".into()),
         }
     }
-    let note = if rounds.iter().all(|r| r.writes_honoured == Some(false)) {
+    let note = if t.rounds_ignored == t.rounds {
         " (the would-be skew: the writes were ignored)"
     } else {
         ""
@@ -111,23 +108,26 @@ mod tests {
             median_ns: Some(1_000.0),
             p99_ns: Some(4_500.0),
         };
-        assert_eq!(judge(&rounds, Some(&st), None, None).verdict, Verdict::Skip);
         assert_eq!(
-            judge(&rounds, Some(&st), None, Some(9_000)).verdict,
+            judge(&RoundTally::of(&rounds), Some(&st), None, None).verdict,
+            Verdict::Skip
+        );
+        assert_eq!(
+            judge(&RoundTally::of(&rounds), Some(&st), None, Some(9_000)).verdict,
             Verdict::Pass
         );
-        let c = judge(&rounds, Some(&st), None, Some(8_999));
+        let c = judge(&RoundTally::of(&rounds), Some(&st), None, Some(8_999));
         assert!(
             c.verdict == Verdict::Fail && c.reason.contains("p99"),
             "{}",
             c.reason
         );
         assert_eq!(
-            judge(&rounds, Some(&st), Some(4_500.0), None).verdict,
+            judge(&RoundTally::of(&rounds), Some(&st), Some(4_500.0), None).verdict,
             Verdict::Pass
         );
         assert_eq!(
-            judge(&rounds, Some(&st), Some(999.0), None).verdict,
+            judge(&RoundTally::of(&rounds), Some(&st), Some(999.0), None).verdict,
             Verdict::Fail
         );
         let no_khz = SkewStats {
@@ -136,7 +136,7 @@ mod tests {
             ..st
         };
         assert_eq!(
-            judge(&rounds, Some(&no_khz), Some(1e9), None).verdict,
+            judge(&RoundTally::of(&rounds), Some(&no_khz), Some(1e9), None).verdict,
             Verdict::Fail
         );
     }

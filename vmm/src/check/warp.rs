@@ -7,7 +7,7 @@ use super::{Check, Context, Evidence, Finding, Verdict};
 use crate::analysis;
 use crate::error::RunError;
 use crate::session::WarpSeen;
-use crate::tsc::TscState;
+use crate::tsc::{OffsetSource, TscState};
 
 /// Check 5.
 pub struct Warp;
@@ -30,7 +30,7 @@ impl Check for Warp {
             ev.options.vcpus,
             ev.options.warp_iterations,
             &w.seen,
-            actual_skew(&w.after),
+            actual_skew(&w.after, ev.env.host.offset_source),
         ))
     }
 }
@@ -111,12 +111,12 @@ pub fn judge(
 
 /// The actual skew now: from the offsets (exact) when available, else the
 /// bracketed reads. Returns (skew, error, method).
-fn actual_skew(states: &[TscState]) -> (u64, u64, &'static str) {
+fn actual_skew(states: &[TscState], source: OffsetSource) -> (u64, u64, &'static str) {
     let offsets: Option<Vec<u64>> = states.iter().map(|s| s.offset).collect();
     if let Some(o) = offsets {
         let base = o.first().copied().unwrap_or(0);
         let rel = o.iter().map(|&x| analysis::signed_delta(x, base));
-        return (analysis::spread(rel), 0, "KVM_VCPU_TSC_OFFSET");
+        return (analysis::spread(rel), 0, source.short());
     }
     let base = states.first().map_or(0, |s| s.estimated_offset());
     let rel = states
@@ -210,9 +210,12 @@ mod tests {
             state(Some(40), 0, 0),
             state(Some(130), 0, 0),
         ];
-        assert_eq!(actual_skew(&s), (90, 0, "KVM_VCPU_TSC_OFFSET"));
+        assert_eq!(
+            actual_skew(&s, OffsetSource::Debugfs),
+            (90, 0, "KVM debugfs")
+        );
         let s = [state(None, 1_000, 0), state(None, 1_500, 0)];
-        let (skew, err, _) = actual_skew(&s);
+        let (skew, err, _) = actual_skew(&s, OffsetSource::None);
         assert_eq!((skew, err), (500, 10));
     }
 }

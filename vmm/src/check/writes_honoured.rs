@@ -2,8 +2,8 @@
 //! written value plus elapsed time (KVM's evidence, the guest's own, and a
 //! later guest read).
 
+use super::tally::RoundTally;
 use super::{context, Check, Context, Evidence, Finding, Verdict};
-use crate::analysis::{DecidedBy, RoundResult, VcpuResult};
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 
@@ -25,7 +25,7 @@ impl Check for WritesHonoured {
             return Ok(super::missing("later guest TSC read"));
         };
         Ok(judge(
-            &ev.rounds,
+            &ev.tally,
             &later.tsc,
             later.host_elapsed,
             ev.env.host.kvm_flavor,
@@ -33,90 +33,64 @@ impl Check for WritesHonoured {
     }
 }
 
-/// Check 4 from the rounds and a guest TSC read taken `host_elapsed` host
-/// cycles after the last round started. Every vCPU-round's verdict comes
+/// Check 4 from the rounds' tally and a guest TSC read taken `host_elapsed`
+/// host cycles after the last round started. Every vCPU-round's verdict comes
 /// from the analysis (KVM's evidence when conclusive, else the guest's). FAIL
 /// needs evidence that a write did not take effect, or a later read that is
 /// not the written value plus elapsed time; vCPU-rounds neither side could
 /// decide make the check UNDECIDED; PASS needs every one decided honoured.
-pub fn judge(
-    rounds: &[RoundResult],
-    tsc_after: &[u64],
-    host_elapsed: u64,
-    flavor: KvmFlavor,
-) -> Finding {
-    // Only vCPU-rounds with a write have anything to honour (the std
-    // rendezvous writes nothing, Linux's sync only when it compensates).
-    let all: Vec<&VcpuResult> = rounds
-        .iter()
-        .flat_map(|r| &r.vcpus)
-        .filter(|v| v.wrote)
-        .collect();
-    let count = |p: &dyn Fn(&VcpuResult) -> bool| all.iter().filter(|v| p(v)).count();
-    let honoured = count(&|v| v.write_honoured == Some(true));
-    let ignored = count(&|v| v.write_honoured == Some(false));
-    let undecided = count(&|v| v.write_honoured.is_none());
-    let by_guest = count(&|v| v.decided_by == Some(DecidedBy::Guest));
-    let by_host = honoured + ignored - by_guest;
-    let contradictory = count(&|v| {
-        v.host_saw_write.is_some()
-            && v.guest_saw_jump.is_some()
-            && v.host_saw_write != v.guest_saw_jump
-    });
-    let no_jump = count(&|v| v.guest_saw_jump == Some(false));
-    let last_written = rounds
-        .last()
-        .and_then(|r| r.vcpus.first())
-        .map_or(0, |v| v.written_value);
+/// Only vCPU-rounds with a write count (the std rendezvous writes nothing,
+/// Linux's sync only when it compensates).
+pub fn judge(t: &RoundTally, tsc_after: &[u64], host_elapsed: u64, flavor: KvmFlavor) -> Finding {
+    let total = t.wrote;
+    let ignored = t.not_honoured();
+    let by_host = t.honoured + ignored - t.decided_by_guest;
+    let last_written = t.last_written.unwrap_or(0);
     // Scaled TSCs may run faster than the host's: allow a factor of 4.
     let bound = host_elapsed.saturating_mul(4).max(1);
-    let read_ok = tsc_after
-        .iter()
-        .all(|&t| t.wrapping_sub(last_written) <= bound);
-    let none = if rounds.is_empty() {
+    let read_ok = t.last_written.is_none()
+        || tsc_after
+            .iter()
+            .all(|&x| x.wrapping_sub(last_written) <= bound);
+    let none = if t.rounds == 0 {
         "no rounds ran"
     } else {
         "no vCPU wrote its TSC or TSC_ADJUST in any round: nothing to honour"
     };
     let mut f = Finding::skip(none)
-        .with("vcpu_rounds", all.len())
-        .with("honoured", honoured)
+        .with("vcpu_rounds", total)
+        .with("honoured", t.honoured)
         .with("not_honoured", ignored)
-        .with("undecided", undecided)
+        .with("undecided", t.undecided)
         .with("decided_by_host", by_host)
-        .with("decided_by_guest", by_guest)
-        .with("contradictory", contradictory)
-        .with("vcpu_rounds_without_jump", no_jump)
+        .with("decided_by_guest", t.decided_by_guest)
+        .with("contradictory", t.contradictory)
+        .with("vcpu_rounds_without_jump", t.no_jump)
         .with("last_written_value", last_written)
         .with("guest_tsc_after", tsc_after)
         .with("host_cycles_since_last_round", host_elapsed);
-    if all.is_empty() {
+    if total == 0 {
         return f;
     }
-    let total = all.len();
     if ignored > 0 || !read_ok {
         let mut what = Vec::new();
         if ignored > 0 {
-            let by = |d: DecidedBy| {
-                count(&|v| v.write_honoured == Some(false) && v.decided_by == Some(d))
-            };
             let mut evidence = Vec::new();
-            for (d, words) in [
-                (DecidedBy::Offsets, "the exact offsets did not move"),
+            for (k, words) in [
+                (t.not_honoured_by[0], "the exact offsets did not move"),
                 (
-                    DecidedBy::BracketedReads,
+                    t.not_honoured_by[1],
                     "the bracketed reads show the offsets did not move",
                 ),
-                (DecidedBy::Guest, "the guests' TSCs did not jump"),
+                (t.not_honoured_by[2], "the guests' TSCs did not jump"),
             ] {
-                let k = by(d);
                 if k == ignored {
                     evidence.push(words.to_string());
                 } else if k > 0 {
                     evidence.push(format!("{words} ({k})"));
                 }
             }
-            if no_jump == ignored && by(DecidedBy::Guest) == 0 {
+            if t.no_jump == ignored && t.not_honoured_by[2] == 0 {
                 evidence.push("the guests' TSCs did not jump either".into());
             }
             what.push(format!(
@@ -133,18 +107,22 @@ pub fn judge(
             Verdict::Fail,
             format!("{}{}", what.join("; "), context(flavor)),
         );
-    } else if undecided > 0 {
-        let why = if contradictory > 0 {
-            format!(", {contradictory} of them because KVM's and the guest's evidence contradict each other")
+    } else if t.undecided > 0 {
+        let why = if t.contradictory > 0 {
+            format!(
+                ", {} of them because KVM's and the guest's evidence contradict each other",
+                t.contradictory
+            )
         } else {
             String::new()
         };
         f.set(
             Verdict::Undecided,
             format!(
-                "{undecided} of {total} vCPU-rounds could not be decided (the offset change was \
+                "{} of {total} vCPU-rounds could not be decided (the offset change was \
                  within the bracketed reads' error and the guest's TSC could not tell){why}; the \
-                 other {honoured} took effect"
+                 other {} took effect",
+                t.undecided, t.honoured
             ),
         );
     } else {
@@ -152,8 +130,8 @@ pub fn judge(
             Verdict::Pass,
             format!(
                 "in all {} rounds every vCPU's write took effect ({by_host} decided by KVM's \
-                 evidence, {by_guest} by the guest's) and its TSC ran on from the written value",
-                rounds.len()
+                 evidence, {} by the guest's) and its TSC ran on from the written value",
+                t.rounds, t.decided_by_guest
             ),
         );
     }
@@ -172,16 +150,22 @@ mod tests {
             Some(true),
             0,
         )];
-        let f = judge(&r, &[5_500], 1_000, KvmFlavor::Svm);
+        let f = judge(&RoundTally::of(&r), &[5_500], 1_000, KvmFlavor::Svm);
         assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
         // The later read is below the value written: the TSC did not move.
         assert_eq!(
-            judge(&r, &[4_000], 1_000, KvmFlavor::Svm).verdict,
+            judge(&RoundTally::of(&r), &[4_000], 1_000, KvmFlavor::Svm).verdict,
             Verdict::Fail
         );
         // Far beyond the elapsed time: not "written value plus elapsed time".
         assert_eq!(
-            judge(&r, &[5_000 + 10_000], 1_000, KvmFlavor::Svm).verdict,
+            judge(
+                &RoundTally::of(&r),
+                &[5_000 + 10_000],
+                1_000,
+                KvmFlavor::Svm
+            )
+            .verdict,
             Verdict::Fail
         );
     }
@@ -195,7 +179,7 @@ mod tests {
             Some(false),
             0,
         )];
-        let f = judge(&r, &[5_500], 1_000, KvmFlavor::Pvm);
+        let f = judge(&RoundTally::of(&r), &[5_500], 1_000, KvmFlavor::Pvm);
         assert_eq!(f.verdict, Verdict::Fail);
         assert!(
             f.reason.starts_with(
@@ -219,7 +203,7 @@ mod tests {
             Some(true),
             0,
         )];
-        let f = judge(&r, &[5_500, 5_600], 1_000, KvmFlavor::Svm);
+        let f = judge(&RoundTally::of(&r), &[5_500, 5_600], 1_000, KvmFlavor::Svm);
         assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
         assert_eq!(f.values["decided_by_guest"], 2);
         assert!(
@@ -238,7 +222,7 @@ mod tests {
             round(vec![vcpu(0, -400, Some(-400), Some(true))], Some(true), 0),
             round(vec![vcpu(0, -300, None, None)], None, 0),
         ];
-        let f = judge(&r, &[5_500], 1_000, KvmFlavor::Svm);
+        let f = judge(&RoundTally::of(&r), &[5_500], 1_000, KvmFlavor::Svm);
         assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
         assert!(
             f.reason
@@ -255,7 +239,7 @@ mod tests {
     #[test]
     fn contradictory_evidence_is_undecided_and_said() {
         let r = [round(vec![vcpu(0, -400, Some(0), Some(true))], None, 0)];
-        let f = judge(&r, &[5_500], 1_000, KvmFlavor::Svm);
+        let f = judge(&RoundTally::of(&r), &[5_500], 1_000, KvmFlavor::Svm);
         assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
         assert!(f.reason.contains("contradict"), "{}", f.reason);
         assert!(!f.reason.contains("did not take effect"), "{}", f.reason);
@@ -263,10 +247,18 @@ mod tests {
 
     #[test]
     fn no_rounds_or_no_writes_is_a_skip() {
-        assert_eq!(judge(&[], &[], 0, KvmFlavor::Svm).verdict, Verdict::Skip);
+        assert_eq!(
+            judge(&RoundTally::default(), &[], 0, KvmFlavor::Svm).verdict,
+            Verdict::Skip
+        );
         let mut quiet = vcpu(0, 0, Some(0), None);
         quiet.wrote = false;
-        let f = judge(&[round(vec![quiet], None, 0)], &[5_500], 1_000, KvmFlavor::Svm);
+        let f = judge(
+            &RoundTally::of(&[round(vec![quiet], None, 0)]),
+            &[5_500],
+            1_000,
+            KvmFlavor::Svm,
+        );
         assert_eq!(f.verdict, Verdict::Skip);
         assert!(f.reason.contains("nothing to honour"), "{}", f.reason);
     }

@@ -1,7 +1,11 @@
 //! Reports: the JSON document (schema `tsc-rendezvous/run/v1`, in
 //! `vmm/schema/run-v1.json`) and the readable text built from the same data.
 
+mod accumulate;
+pub mod stream;
 mod text;
+
+pub use accumulate::VariantAccumulator;
 
 use serde::Serialize;
 
@@ -106,6 +110,10 @@ pub struct RunSummary {
     pub first_disagreements: Vec<String>,
     /// The round whose skew is the median one (shown in the readable report).
     pub typical_round: Option<u32>,
+    /// Significant digits of the statistics once a metric had more values
+    /// than are kept exactly (a histogram); absent while they are exact.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub precision_digits: Option<u8>,
 }
 
 /// The whole JSON document.
@@ -177,6 +185,7 @@ pub fn summarize_run(rounds: &[RoundResult], tsc_khz: Option<u32>) -> RunSummary
             .take(5)
             .collect(),
         typical_round,
+        precision_digits: None,
     }
 }
 

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::analysis::Decision;
-use crate::host::{cycles_to_ns, HostInfo, KvmFlavor};
+use crate::host::{cycles_to_ns, windows_line, HostInfo, HostThreads, KvmFlavor};
 use crate::stats::Summary;
 use crate::vstate::sync_area::SyncRound;
 
@@ -44,6 +44,27 @@ fn honoured_text(h: Option<bool>, flavor: KvmFlavor) -> String {
                  cross-checks below)."
             .into(),
     }
+}
+
+/// The host backend's verdict: its writes are simulated, so they take
+/// effect by construction; the data say whether they did.
+fn host_threads_honoured_text(h: Option<bool>) -> String {
+    let data = match h {
+        Some(true) => {
+            "The data agree: every decided write moved its thread's offset by its \
+                       TSC_ADJUST delta."
+        }
+        Some(false) => "Yet the data say they did not: this is a bug of the host backend.",
+        None => {
+            "No write was decided (variants without writes), or the evidence differs \
+                 between runs (see the cross-checks below)."
+        }
+    };
+    format!(
+        "No hypervisor was involved: each thread's TSC write set that thread's offset (its CPU's \
+         TSC was never written), so writes take effect by construction. {data} The skews below \
+         are what the algorithms left behind on this CPU."
+    )
 }
 
 /// A whole number of cycles with thousands separators; `-` for NaN.
@@ -121,6 +142,9 @@ fn sync_table(out: &mut String, s: &SyncRound) {
 
 fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
     let _ = writeln!(out, "\nVariant {} ({} rounds)", v.variant, v.summary.rounds);
+    if let (Some(w), true) = (&host.sync_windows, v.variant == LINUX) {
+        let _ = writeln!(out, "  Windows: {}", windows_line(w));
+    }
     if let Some(r) = v
         .summary
         .typical_round
@@ -212,7 +236,49 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
     for n in &v.notes {
         let _ = writeln!(out, "  Note: {n}");
     }
-    let _ = host;
+}
+
+/// The name of Linux's sync, the variant the windows are for.
+const LINUX: &str = tsc_contract::Variant::LinuxTscSync.name();
+
+/// The host section of a host-backend run: no hypervisor, the CPU model, the
+/// threads and CPUs, the measured TSC frequency.
+fn host_threads_section(out: &mut String, h: &HostInfo, t: &HostThreads) {
+    let _ = writeln!(
+        out,
+        "  Backend          host threads: no hypervisor was involved; {}",
+        t.placement()
+    );
+    let _ = writeln!(
+        out,
+        "  CPU              {}",
+        h.cpu_model.as_deref().unwrap_or("unknown model")
+    );
+    let _ = writeln!(out, "  Kernel           {}", h.kernel_release);
+    if let Some(k) = h.tsc_khz {
+        let _ = writeln!(
+            out,
+            "  TSC frequency    {:.3} MHz ({})",
+            f64::from(k) / 1000.0,
+            t.tsc_khz_source
+        );
+    }
+    if let Some(c) = &h.clocksource {
+        let _ = writeln!(out, "  Clocksource      {c}");
+    }
+    let _ = writeln!(
+        out,
+        "  Offset readback  exact per-thread offsets (a TSC write sets the thread's offset, a \
+         TSC_ADJUST write moves it, as KVM does)"
+    );
+    let _ = writeln!(out, "  KVM flavour      not used (host backend)");
+    if t.os_under_hypervisor {
+        let _ = writeln!(
+            out,
+            "  Below this OS    a hypervisor: the CPU reports the `hypervisor` flag, so this OS \
+             is itself a virtual machine whose CPUs that hypervisor schedules"
+        );
+    }
 }
 
 /// Renders the report for a terminal.
@@ -225,6 +291,10 @@ pub fn render_text(r: &Report) -> String {
         r.tool_version, r.vcpus, r.rounds_per_variant
     );
     let _ = writeln!(out, "\nHost");
+    if let Some(t) = h.host_threads.as_ref().filter(|_| h.on_host_threads()) {
+        host_threads_section(&mut out, h, t);
+        return render_rest(out, r, true);
+    }
     let _ = writeln!(out, "  KVM flavour      {}", flavor_line(h));
     let _ = writeln!(out, "  Kernel           {}", h.kernel_release);
     match h.tsc_khz {
@@ -246,19 +316,38 @@ pub fn render_text(r: &Report) -> String {
         let _ = writeln!(out, "  Clocksource      {c}");
     }
     let _ = writeln!(out, "  Offset readback  {}", h.offset_source.describe());
+    render_rest(out, r, false)
+}
 
+/// Everything after the host section; `threads`: the host backend.
+fn render_rest(mut out: String, r: &Report, threads: bool) -> String {
+    let h = &r.host;
     // Variants that wrote nothing (the std rendezvous) have no say.
     let overall = Decision::of(r.runs.iter().map(|v| v.writes_honoured)).verdict();
-    let _ = writeln!(out, "\nDid the hypervisor honour the guest's TSC writes?");
-    let _ = writeln!(out, "  {}", honoured_text(overall, h.kvm_flavor));
-    let _ = writeln!(
-        out,
-        "\nRelative offsets are each vCPU's TSC offset minus vCPU 0's after the round, in \
-         cycles:\n(a) from the TSC_ADJUST deltas, (b) from KVM_VCPU_TSC_OFFSET, (c) from IA32_TSC \
-         read through KVM\nbetween two host TSC reads. The skew is the spread of (a); the exit \
-         time runs from the\nfinal TSC write to after the loop (the seed's metric; n/a for \
-         variants without a common write)."
-    );
+    if threads {
+        let _ = writeln!(out, "\nDid the TSC writes take effect?");
+        let _ = writeln!(out, "  {}", host_threads_honoured_text(overall));
+        let _ = writeln!(
+            out,
+            "\nRelative offsets are each thread's TSC offset minus thread 0's after the round, \
+             in cycles (the \"vCPUs\"\nbelow are the threads): (a) from the TSC_ADJUST deltas, \
+             (b) from the exact per-thread offsets, (c) from\neach thread's TSC read on its own \
+             CPU between two TSC reads of the coordinating thread. The skew\nis the spread of \
+             (a); the exit time runs from the final TSC write to after the loop (the seed's\n\
+             metric, here natively; n/a for variants without a common write)."
+        );
+    } else {
+        let _ = writeln!(out, "\nDid the hypervisor honour the guest's TSC writes?");
+        let _ = writeln!(out, "  {}", honoured_text(overall, h.kvm_flavor));
+        let _ = writeln!(
+            out,
+            "\nRelative offsets are each vCPU's TSC offset minus vCPU 0's after the round, in \
+             cycles:\n(a) from the TSC_ADJUST deltas, (b) from KVM_VCPU_TSC_OFFSET, (c) from \
+             IA32_TSC read through KVM\nbetween two host TSC reads. The skew is the spread of \
+             (a); the exit time runs from the\nfinal TSC write to after the loop (the seed's \
+             metric; n/a for variants without a common write)."
+        );
+    }
     for v in &r.runs {
         variant_section(&mut out, v, h);
     }
@@ -287,7 +376,7 @@ pub fn render_text(r: &Report) -> String {
             );
         }
     }
-    if h.kvm_flavor == KvmFlavor::Pvm {
+    if !threads && h.kvm_flavor == KvmFlavor::Pvm {
         let _ = writeln!(
             out,
             "\nOn PVM the guest's ring-0 code is emulated instruction by instruction (~100x \
@@ -308,6 +397,32 @@ mod tests {
         assert_eq!(fmt_num(-1000.0), "-1,000");
         assert_eq!(fmt_num(999.4), "999");
         assert_eq!(fmt_num(f64::NAN), "-");
+    }
+
+    #[test]
+    fn the_host_backend_says_no_hypervisor_and_where_the_threads_ran() {
+        let t = HostThreads {
+            threads: 2,
+            host_cpus: vec![0, 1, 2],
+            pinned: vec![Some(0), Some(2)],
+            overcommitted: false,
+            tsc_khz_source: "measured".into(),
+            os_under_hypervisor: false,
+        };
+        assert!(t
+            .placement()
+            .contains("pinned to host CPUs 0, 2 (one each)"));
+        let t = HostThreads {
+            threads: 4,
+            pinned: vec![None; 4],
+            ..t
+        };
+        assert!(t
+            .placement()
+            .contains("not pinned (4 threads for 3 host CPU(s)"));
+        assert!(host_threads_honoured_text(Some(true)).starts_with("No hypervisor"));
+        let w = crate::vstate::sync_area::Windows::at(1_000_000, (20, 2));
+        assert!(windows_line(&w).contains("2 ms (2,000,000 cycles)"));
     }
 
     #[test]

@@ -1,0 +1,470 @@
+//! Check 7, `save-restore`: a snapshot after a rendezvous, restored into a
+//! fresh VM by the documented method (Documentation/virt/kvm/devices/
+//! vcpu.rst, "TSC offset"), keeps the guest's TSCs in sync: every relative
+//! offset bit-exact, TSC_ADJUST exact, every guest TSC moved forward by the
+//! host time that passed, and no warp beyond the skew. Measured on VMs of
+//! its own ([`crate::restore::measure`]).
+
+use std::time::Duration;
+
+use super::{context, warp, Check, Context, Evidence, Finding, Verdict};
+use crate::error::RunError;
+use crate::host::KvmFlavor;
+use crate::report::fmt_num;
+use crate::restore::{self, Method, MethodOptions, MethodReport, RestoreError, Step, Support};
+
+/// Check 7.
+pub struct SaveRestore;
+
+/// The delay between destroying the source VM and creating the restored one.
+pub const DELAY: Duration = Duration::from_millis(100);
+
+impl Check for SaveRestore {
+    fn number(&self) -> u32 {
+        7
+    }
+    fn id(&self) -> &'static str {
+        "save-restore"
+    }
+    fn title(&self) -> &'static str {
+        "snapshot/restore by the documented method keeps relative offsets bit-exact, TSC_ADJUST \
+         exact and the guest TSCs moving with host time"
+    }
+    fn run(&self, ev: &Evidence, ctx: &Context) -> Result<Finding, RunError> {
+        let adjust_clock = ev
+            .env
+            .kvm_capabilities
+            .get("KVM_CAP_ADJUST_CLOCK")
+            .copied()
+            .unwrap_or(0);
+        let support = Support::new(ev.env.host.tsc_offset_attr, adjust_clock);
+        if let Some(why) = support.why_not(Method::Documented) {
+            return Ok(Finding::skip(format!(
+                "{why}; `restore` still measures the msr methods here"
+            ))
+            .with("missing", support.missing(Method::Documented)));
+        }
+        let opts = MethodOptions {
+            vcpus: ev.options.vcpus,
+            variant: ev.options.variant,
+            delay: DELAY,
+            warp_iterations: ev.options.warp_iterations,
+            timeout: ctx.time_left(),
+            fail_at: None,
+        };
+        let (run, error) = restore::measure(&opts, Method::Documented);
+        let report = MethodReport::from_run(&run, &opts);
+        let flavor = ev.env.host.kvm_flavor;
+        match error {
+            None => Ok(judge(&report, opts.vcpus, flavor)),
+            Some(e) => failed(e, &report, flavor),
+        }
+    }
+}
+
+/// The finding of a measurement that ended early: a stop request or a
+/// trouble with the source VM is the caller's error (as for every check);
+/// a clock without real time is a SKIP naming it; anything the restore
+/// itself ran into is a FAIL, with what was measured.
+fn failed(e: RestoreError, r: &MethodReport, flavor: KvmFlavor) -> Result<Finding, RunError> {
+    let step = r
+        .failed_step
+        .and_then(Step::from_name)
+        .unwrap_or(Step::Source);
+    match e {
+        RestoreError::Interrupted(s) => Err(RunError::interrupted(s.0, 0)),
+        RestoreError::Run(e) if e.signal().is_some() || step == Step::Source => Err(e),
+        RestoreError::Vm(e) => Err(RunError::Vm(e)),
+        RestoreError::Offsets(o @ restore::offsets::OffsetError::MissingFlags { .. }) => {
+            Ok(values(Finding::skip(o.to_string()), r))
+        }
+        e => Ok(values(
+            Finding::fail(format!(
+                "the documented restore failed in step '{}' ({}): {e}{}",
+                step.name(),
+                step.describe(),
+                context(flavor)
+            )),
+            r,
+        )),
+    }
+}
+
+fn values(f: Finding, r: &MethodReport) -> Finding {
+    f.with("skew_before_cycles", r.skew_before_cycles)
+        .with("skew_after_cycles", r.skew_after_cycles)
+        .with("delay_ms", r.delay_ms)
+        .with("host_time_passed", r.host_time_passed)
+        .with("clock", &r.clock)
+        .with("warp", r.warp)
+        .with("vcpus", &r.vcpus)
+}
+
+fn n(x: impl Into<i128>) -> String {
+    fmt_num(x.into() as f64)
+}
+
+/// Check 7 from the documented method's report. FAIL needs evidence: an
+/// offset that did not carry the rendezvous' write, an offset KVM did not
+/// keep as written, a relative offset or TSC_ADJUST that changed, a guest
+/// TSC that went back or did not move by the host time that passed (within
+/// the brackets of the reads, plus the shift the method applied, which must
+/// be the host's real-time drift within its bound), a warp beyond the skew.
+/// A host clock stepped during the restore makes it UNDECIDED.
+pub fn judge(r: &MethodReport, vcpus: u32, flavor: KvmFlavor) -> Finding {
+    let f = values(Finding::skip("nothing measured"), r);
+    let v = &r.vcpus;
+    if v.is_empty() || !r.completed {
+        return f;
+    }
+    let exact = v.iter().all(|x| {
+        x.offset_before.is_some() && x.offset_after.is_some() && x.offset_after_warp.is_some()
+    });
+    let (Some(passed), true) = (r.host_time_passed, exact) else {
+        let mut f = f;
+        f.set(
+            Verdict::Undecided,
+            "no exact offsets or no guest reads were measured: nothing to compare",
+        );
+        return f;
+    };
+    let mut fails: Vec<String> = Vec::new();
+    let mut open: Vec<String> = Vec::new();
+
+    if let Some(x) = v
+        .iter()
+        .find(|x| x.offset_moved_before != x.adjust_moved_before)
+    {
+        let still = v.iter().all(|x| x.offset_moved_before == Some(0));
+        fails.push(format!(
+            "{} (vCPU {}: offset moved by {}, TSC_ADJUST by {}): the snapshot holds no skew to carry",
+            if still {
+                "the offsets did not move although TSC_ADJUST recorded the rendezvous' writes"
+            } else {
+                "the offsets did not move by the rendezvous' writes TSC_ADJUST recorded"
+            },
+            x.id,
+            n(x.offset_moved_before.unwrap_or(0)),
+            n(x.adjust_moved_before.unwrap_or(0))
+        ));
+    }
+    if let Some(x) = v.iter().find(|x| x.offset_written != x.offset_after) {
+        fails.push(format!(
+            "KVM did not keep the offsets the restore wrote (vCPU {}: wrote {}, reads {})",
+            x.id,
+            x.offset_written
+                .map_or_else(|| "?".into(), |w| w.to_string()),
+            x.offset_after.map_or_else(|| "?".into(), |w| w.to_string())
+        ));
+    }
+    if let Some(x) = v.iter().find(|x| {
+        x.relative_offset_after != x.relative_offset_before
+            || x.relative_offset_after_warp != x.relative_offset_before
+    }) {
+        fails.push(format!(
+            "vCPU {}'s offset relative to vCPU 0 changed: {} saved, {} after the restore, {} after the warp test",
+            x.id,
+            n(x.relative_offset_before.unwrap_or(0)),
+            n(x.relative_offset_after.unwrap_or(0)),
+            n(x.relative_offset_after_warp.unwrap_or(0))
+        ));
+    }
+    if let Some(x) = v.iter().find(|x| x.tsc_adjust_after != x.tsc_adjust_before) {
+        fails.push(format!(
+            "TSC_ADJUST not restored exactly (vCPU {}: saved {}, reads {})",
+            x.id,
+            n(x.tsc_adjust_before.unwrap_or(0)),
+            n(x.tsc_adjust_after.unwrap_or(0))
+        ));
+    }
+    guest_time(r, passed, &mut fails);
+    if let Some(c) = &r.clock {
+        let off = (i128::from(c.shift_cycles) - i128::from(c.realtime_drift_cycles)).unsigned_abs();
+        if c.realtime_drift_cycles.unsigned_abs() > c.drift_bound_cycles {
+            open.push(format!(
+                "CLOCK_REALTIME moved {} cycles against the host TSC during the restore, more than \
+                 NTP can slew ({}): the host clock was stepped, and the method moved the guest TSCs with it",
+                n(c.realtime_drift_cycles),
+                n(c.drift_bound_cycles)
+            ));
+        } else if off > u128::from(c.shift_bound_cycles) {
+            fails.push(format!(
+                "the offsets shifted by {} cycles, but real time drifted {} against the TSC \
+                 (|difference| {} > bound {}): the restore did not carry the time that passed",
+                n(c.shift_cycles),
+                n(c.realtime_drift_cycles),
+                n(off as i128),
+                n(c.shift_bound_cycles)
+            ));
+        }
+    }
+    let skew = r.skew_after_cycles.unwrap_or(0);
+    let w = warp::judge(
+        vcpus,
+        r.warp.map_or(0, |w| w.iterations_per_vcpu),
+        r.warp_seen.as_deref().unwrap_or(&[]),
+        (skew, 0, "KVM_VCPU_TSC_OFFSET"),
+    );
+    if w.verdict == Verdict::Fail {
+        fails.push(format!("warp test: {}", w.reason));
+    }
+    let mut f = f;
+    if !fails.is_empty() {
+        f.set(
+            Verdict::Fail,
+            format!("{}{}", fails.join("; "), context(flavor)),
+        );
+    } else if !open.is_empty() {
+        f.set(Verdict::Undecided, open.join("; "));
+    } else {
+        let ms = passed
+            .max_ns
+            .map_or_else(|| "?".into(), |ns| format!("{:.1} ms", ns / 1e6));
+        let clock = r.clock.as_ref().map_or_else(String::new, |c| {
+            format!(
+                " plus the method's shift of {} cycles (real-time drift {} ± {})",
+                n(c.shift_cycles),
+                n(c.realtime_drift_cycles),
+                n(c.shift_bound_cycles)
+            )
+        });
+        let warp = match w.verdict {
+            Verdict::Pass => format!("warp test: {}", w.reason),
+            Verdict::Skip => "warp test: one vCPU".into(),
+            _ => format!("warp test inconclusive ({})", w.reason),
+        };
+        f.set(
+            Verdict::Pass,
+            format!(
+                "every relative offset bit-exact after the restore (skew {} cycles), TSC_ADJUST exact, \
+                 every guest TSC moved forward by the host time that passed ({ms}){clock}; {warp}",
+                n(skew)
+            ),
+        );
+    }
+    f
+}
+
+/// Every guest TSC moved forward, by the host time that passed between the
+/// reads (a bracket) plus the vCPU's offset change: the guest's TSC is the
+/// host's plus its offset (no scaling), so the sum is exact.
+fn guest_time(r: &MethodReport, passed: restore::report::HostInterval, fails: &mut Vec<String>) {
+    for x in &r.vcpus {
+        let (Some(adv), Some(b), Some(a)) =
+            (x.guest_advance_cycles, x.offset_before, x.offset_after)
+        else {
+            fails.push(format!("vCPU {}'s TSC reads are missing", x.id));
+            return;
+        };
+        let moved = i128::from(a.wrapping_sub(b) as i64);
+        let lo = i128::from(passed.min_cycles) + moved;
+        let hi = i128::from(passed.max_cycles) + moved;
+        if adv < 0 {
+            fails.push(format!(
+                "vCPU {}'s TSC went backwards across the restore by {} cycles",
+                x.id,
+                n(-i128::from(adv))
+            ));
+            return;
+        }
+        if !(lo..=hi).contains(&i128::from(adv)) {
+            fails.push(format!(
+                "vCPU {}'s TSC moved by {} cycles, not by the host time that passed plus its offset's change ({}..{})",
+                x.id,
+                n(adv),
+                n(lo),
+                n(hi)
+            ));
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::restore::testdata::{self, honoured, report, set_after, CREATED, DST_CREATED};
+
+    fn judged(run: &crate::restore::MethodRun) -> Finding {
+        judge(&report(run), 2, KvmFlavor::Svm)
+    }
+
+    #[test]
+    fn a_restore_that_kept_everything_passes() {
+        let f = judged(&honoured(0));
+        assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
+        assert!(f.reason.contains("skew 300 cycles"), "{}", f.reason);
+        // The clock may shift the offsets, as long as real time drifted by as much.
+        let f = judged(&honoured(4_000));
+        assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
+        assert!(f.reason.contains("shift of 4,000 cycles"), "{}", f.reason);
+        assert!(f.values.contains_key("vcpus"));
+    }
+
+    /// PVM: the rendezvous' writes moved TSC_ADJUST but no offset, and the
+    /// offsets the restore wrote read back as the creation offset.
+    #[test]
+    fn a_hypervisor_that_ignores_offsets_fails_with_the_data() {
+        let mut run = honoured(1_000);
+        for s in run.snapshot.iter_mut().flat_map(|s| &mut s.vcpus) {
+            s.tsc.offset = Some(0);
+        }
+        for s in run.initial.iter_mut().flatten() {
+            s.offset = Some(0);
+        }
+        run.created = Some(vec![Some(0), Some(0)]);
+        set_after(&mut run, 0, 0);
+        set_after(&mut run, 1, 0);
+        if let Some(r) = run.last.as_mut() {
+            r.tsc = vec![r.host_before + 5_000; 2];
+        }
+        if let Some(crate::restore::Trace::Documented(d)) = run.trace.as_mut() {
+            d.offsets_written = vec![1_000, 1_000];
+        }
+        let f = judge(&report(&run), 2, KvmFlavor::Pvm);
+        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+        for words in [
+            "the offsets did not move although TSC_ADJUST recorded the rendezvous' writes",
+            "(vCPU 0: offset moved by 0, TSC_ADJUST by -100)",
+            "KVM did not keep the offsets the restore wrote (vCPU 0: wrote 1000, reads 0)",
+        ] {
+            assert!(f.reason.contains(words), "{words}: {}", f.reason);
+        }
+        assert!(f.reason.ends_with("(host: PVM)"), "{}", f.reason);
+    }
+
+    #[test]
+    fn snapped_offsets_and_a_lost_tsc_adjust_fail() {
+        let mut run = honoured(0);
+        let a0 = run.after.as_ref().and_then(|a| a[0].offset).unwrap_or(0);
+        set_after(&mut run, 1, a0);
+        let f = judged(&run);
+        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+        assert!(
+            f.reason
+                .contains("vCPU 1's offset relative to vCPU 0 changed: -300 saved, 0 after"),
+            "{}",
+            f.reason
+        );
+        let mut run = honoured(0);
+        if let Some(a) = run.after.as_mut() {
+            a[1].adjust = 0;
+        }
+        let f = judged(&run);
+        assert!(
+            f.reason
+                .contains("TSC_ADJUST not restored exactly (vCPU 1: saved -400, reads 0)"),
+            "{}",
+            f.reason
+        );
+    }
+
+    #[test]
+    fn a_guest_tsc_that_went_back_or_stood_still_fails() {
+        let mut run = honoured(0);
+        let last = run.last.as_ref().map_or(0, |r| r.tsc[0]);
+        if let Some(r) = run.first.as_mut() {
+            r.tsc[0] = last.wrapping_sub(1_000);
+        }
+        let f = judged(&run);
+        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+        assert!(
+            f.reason
+                .contains("vCPU 0's TSC went backwards across the restore by 1,000 cycles"),
+            "{}",
+            f.reason
+        );
+        // The offsets kept, but the guest saw its TSC stand still for 100 ms:
+        // its advance is not host time plus the offset's change.
+        let mut run = honoured(0);
+        if let Some(r) = run.first.as_mut() {
+            r.tsc[1] = r.tsc[1].wrapping_sub(199_990_000);
+        }
+        let f = judged(&run);
+        assert!(
+            f.reason
+                .contains("vCPU 1's TSC moved by 10,000 cycles, not by the host time"),
+            "{}",
+            f.reason
+        );
+    }
+
+    #[test]
+    fn a_shift_the_clock_does_not_explain_fails_and_a_stepped_clock_is_undecided() {
+        // The offsets shifted by 50,000 cycles but real time drifted 0.
+        let mut run = honoured(0);
+        let shifted = |o: u64| o.wrapping_add(50_000);
+        if let Some(crate::restore::Trace::Documented(d)) = run.trace.as_mut() {
+            d.shift_cycles = Some(50_000);
+            d.offsets_written = d.offsets_written.iter().map(|&o| shifted(o)).collect();
+        }
+        let after: Vec<u64> = run
+            .after
+            .iter()
+            .flatten()
+            .filter_map(|s| s.offset)
+            .collect();
+        for (i, o) in after.iter().enumerate() {
+            set_after(&mut run, i, shifted(*o));
+        }
+        let f = judged(&run);
+        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+        assert!(
+            f.reason.contains("did not carry the time that passed"),
+            "{}",
+            f.reason
+        );
+        // Real time stepped by 10 s: the check cannot judge.
+        let mut run = honoured(0);
+        if let Some(crate::restore::Trace::Documented(d)) = run.trace.as_mut() {
+            if let Some(dst) = d.destination.as_mut() {
+                dst.realtime_ns += 10_000_000_000;
+            }
+        }
+        let f = judged(&run);
+        assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
+        assert!(
+            f.reason.contains("the host clock was stepped"),
+            "{}",
+            f.reason
+        );
+    }
+
+    #[test]
+    fn an_unfinished_measurement_is_not_a_pass() {
+        let mut run = honoured(0);
+        run.first = None;
+        run.failed = Some(crate::restore::measure::Failed {
+            step: Step::Resume,
+            error: "x".into(),
+        });
+        assert_eq!(judged(&run).verdict, Verdict::Skip);
+        let f = failed(
+            RestoreError::Injected(Step::Tsc),
+            &report(&run),
+            KvmFlavor::Svm,
+        )
+        .expect("a finding");
+        assert_eq!(f.verdict, Verdict::Fail);
+        assert!(f.reason.contains("in step 'resume'"), "{}", f.reason);
+        let e = failed(
+            RestoreError::Interrupted(crate::error::Signal(libc::SIGINT)),
+            &report(&run),
+            KvmFlavor::Svm,
+        )
+        .expect_err("a stop is the caller's");
+        assert_eq!(e.signal(), Some(libc::SIGINT));
+        let f = failed(
+            RestoreError::Offsets(crate::restore::offsets::OffsetError::MissingFlags {
+                which: "source",
+                missing: "KVM_CLOCK_REALTIME".into(),
+                flags: 2,
+            }),
+            &report(&run),
+            KvmFlavor::Svm,
+        )
+        .expect("a finding");
+        assert_eq!(f.verdict, Verdict::Skip, "{}", f.reason);
+        let _ = (CREATED, DST_CREATED, testdata::KHZ);
+    }
+}

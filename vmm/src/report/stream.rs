@@ -1,0 +1,188 @@
+//! `run --json` written as the rounds complete: the document's head, then
+//! each variant's rounds one per line as they come, then its summary, and the
+//! host facts last; so the memory of a run does not grow with its rounds, and
+//! a run stopped by a signal still ends with a complete document.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::{RunSummary, SCHEMA};
+use crate::analysis::RoundResult;
+use crate::host::HostInfo;
+
+/// Where a [`JsonStream`] is in the document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum At {
+    /// Inside `runs`, before the first run.
+    Runs,
+    /// Inside `runs`, after a run.
+    AfterRun,
+    /// Inside a run's `rounds`, before its first round.
+    Rounds,
+    /// Inside a run's `rounds`, after a round.
+    AfterRound,
+    /// After the end.
+    Done,
+}
+
+/// The end of one variant's run.
+#[derive(Debug, Serialize)]
+pub struct RunTail<'a> {
+    /// Whether the decided rounds' writes took effect.
+    pub writes_honoured: Option<bool>,
+    /// Statistics over the rounds.
+    pub summary: &'a RunSummary,
+    /// Observations about the run as a whole.
+    pub notes: &'a [String],
+}
+
+fn json<T: Serialize + ?Sized>(v: &T) -> io::Result<String> {
+    serde_json::to_string(v).map_err(io::Error::other)
+}
+
+/// The run report (schema `tsc-rendezvous/run/v1`), written as it goes.
+pub struct JsonStream<W: Write> {
+    out: W,
+    at: At,
+}
+
+impl<W: Write> JsonStream<W> {
+    /// Writes the document's head.
+    pub fn begin(mut out: W, vcpus: u32, rounds_per_variant: u32) -> io::Result<JsonStream<W>> {
+        write!(
+            out,
+            "{{\"schema\":{},\"tool_version\":{},\"vcpus\":{vcpus},\"rounds_per_variant\":{rounds_per_variant},\"runs\":[",
+            json(SCHEMA)?,
+            json(env!("CARGO_PKG_VERSION"))?
+        )?;
+        out.flush()?;
+        Ok(JsonStream { out, at: At::Runs })
+    }
+
+    /// Starts a variant's run.
+    pub fn begin_run(&mut self, variant: &str, vcpus: u32) -> io::Result<()> {
+        let sep = if self.at == At::AfterRun { ",\n" } else { "\n" };
+        write!(
+            self.out,
+            "{sep}{{\"variant\":{},\"vcpus\":{vcpus},\"rounds\":[",
+            json(variant)?
+        )?;
+        self.at = At::Rounds;
+        Ok(())
+    }
+
+    /// Writes one round of the current run, and flushes it.
+    pub fn round(&mut self, r: &RoundResult) -> io::Result<()> {
+        let sep = if self.at == At::AfterRound {
+            ",\n"
+        } else {
+            "\n"
+        };
+        write!(self.out, "{sep}{}", json(r)?)?;
+        self.at = At::AfterRound;
+        self.out.flush()
+    }
+
+    /// Ends the current run with its summary.
+    pub fn end_run(&mut self, tail: &RunTail<'_>) -> io::Result<()> {
+        let t = json(tail)?;
+        // `t` is `{...}`: its fields continue the run's object.
+        let fields = t.trim_start_matches('{');
+        write!(self.out, "\n],{fields}")?;
+        self.at = At::AfterRun;
+        self.out.flush()
+    }
+
+    /// Ends the document with the host facts.
+    pub fn end(mut self, host: &HostInfo) -> io::Result<W> {
+        write!(self.out, "\n],\"host\":{}}}\n", json(host)?)?;
+        self.at = At::Done;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::{HostInfo, KvmFlavor};
+    use crate::report::VariantAccumulator;
+
+    fn round(i: u32, skew: u64) -> RoundResult {
+        RoundResult {
+            round: i,
+            variant: "xen-head".into(),
+            skew_cycles: skew,
+            skew_cycles_attr: None,
+            skew_cycles_bracket: 0,
+            skew_cycles_bracket_error: 0,
+            writes_honoured: Some(false),
+            undecided_vcpus: 0,
+            skew_basis: crate::analysis::SkewBasis::Offsets,
+            cpu0_exit_latency_cycles: Some(100),
+            sync: None,
+            disagreements: Vec::new(),
+            vcpus: Vec::new(),
+        }
+    }
+
+    fn host() -> HostInfo {
+        HostInfo {
+            kvm_flavor: KvmFlavor::Pvm,
+            kernel_release: "6.1".into(),
+            kernel_version: Some((6, 1)),
+            tsc_khz: Some(1_000_000),
+            cpu_model: None,
+            cpu_tsc_flags: vec![],
+            clocksource: None,
+            tsc_offset_attr: true,
+            offset_source: crate::tsc::OffsetSource::KvmVcpuTscOffset,
+            guest_tsc_adjust: true,
+            backend: crate::host::Backend::Kvm,
+            host_threads: None,
+            sync_windows: None,
+        }
+    }
+
+    /// Two runs streamed: the result parses as one document with every round
+    /// in order and each run's summary of exactly its rounds.
+    #[test]
+    fn a_streamed_document_is_one_valid_document() {
+        let mut s = JsonStream::begin(Vec::new(), 2, 3).expect("head");
+        for (variant, skews) in [("xen-4.15", [5u64, 7, 6]), ("xen-head", [9, 8, 10])] {
+            s.begin_run(variant, 2).expect("run");
+            let mut acc = VariantAccumulator::new();
+            for (i, &k) in skews.iter().enumerate() {
+                let r = round(i as u32, k);
+                s.round(&r).expect("round");
+                acc.add(&r);
+            }
+            let summary = acc.summary(Some(1_000_000));
+            s.end_run(&RunTail {
+                writes_honoured: acc.writes_honoured(),
+                summary: &summary,
+                notes: &["a note".to_string()],
+            })
+            .expect("tail");
+        }
+        let bytes = s.end(&host()).expect("end");
+        let doc: serde_json::Value = serde_json::from_slice(&bytes).expect("one JSON document");
+        assert_eq!(doc["schema"], SCHEMA);
+        assert_eq!(doc["host"]["kvm_flavor"], "pvm");
+        let runs = doc["runs"].as_array().expect("runs");
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[1]["variant"], "xen-head");
+        let skews: Vec<u64> = runs[1]["rounds"]
+            .as_array()
+            .expect("rounds")
+            .iter()
+            .filter_map(|r| r["skew_cycles"].as_u64())
+            .collect();
+        assert_eq!(skews, [9, 8, 10]);
+        assert_eq!(runs[1]["summary"]["skew_cycles"]["max"], 10.0);
+        assert_eq!(runs[0]["summary"]["rounds"], 3);
+        assert_eq!(runs[0]["notes"][0], "a note");
+        assert_eq!(runs[0]["writes_honoured"], false);
+    }
+}
