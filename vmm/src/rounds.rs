@@ -2,7 +2,8 @@
 //! schedule resume every vCPU, wait until all have parked, read their TSC
 //! state back and their records out, and analyse the round. Rounds are handed
 //! on one at a time as they complete (to a report, a file, a comparison);
-//! [`run`] collects them.
+//! [`run`] collects them. With [`Backend::Host`] the rounds run on host
+//! threads instead ([`crate::native`]), analysed the same way.
 
 use serde::Serialize;
 use tsc_contract::{Config, RoundRecord, Variant};
@@ -10,10 +11,10 @@ use tsc_contract::{Config, RoundRecord, Variant};
 use crate::analysis::{RoundAccumulator, RoundResult};
 use crate::error::{Failure, RunError};
 use crate::host::HostInfo;
-use crate::options::RunOptions;
+use crate::options::{Backend, RunOptions};
 use crate::pool::VcpuPool;
 use crate::tsc::TscState;
-use crate::vstate::sync_area;
+use crate::vstate::sync_area::{self, Windows};
 use crate::vstate::vm::{self, Vm};
 
 /// What a run says about itself, apart from its rounds.
@@ -53,14 +54,17 @@ pub fn run(opts: &RunOptions) -> Result<RunOutput, Failure> {
     Ok(RunOutput { facts, rounds })
 }
 
-/// Runs every round of `opts.schedule`, handing each to `on_round` as soon as
-/// it is complete (it keeps, writes or summarises it); an error from `on_round` ends the run with
-/// [`RunError::Output`].
+/// Runs every round of `opts.schedule` on `opts.backend`, handing each to
+/// `on_round` as soon as it is complete (it keeps, writes or summarises it);
+/// an error from `on_round` ends the run with [`RunError::Output`].
 #[allow(clippy::result_large_err)]
 pub fn run_streaming(
     opts: &RunOptions,
     on_round: &mut dyn FnMut(RoundResult) -> Result<(), String>,
 ) -> Result<RunFacts, Failure> {
+    if opts.backend == Backend::Host {
+        return crate::native::run_streaming(opts, on_round);
+    }
     let Some(&first) = opts.schedule.first() else {
         return Err(Failure::early(RunError::NothingToRun));
     };
@@ -69,20 +73,31 @@ pub fn run_streaming(
         .image
         .as_deref()
         .unwrap_or(crate::guest_image::EMBEDDED);
-    let setup = || -> Result<VcpuPool, RunError> {
+    let setup = || -> Result<(VcpuPool, Windows), RunError> {
         let kvm = vm::open_kvm()?;
-        let machine = Vm::new(kvm, opts.vcpus, rounds, first, 0, image)?;
+        let mut machine = Vm::new(kvm, opts.vcpus, rounds, first, 0, image)?;
         if let Some(inj) = &opts.inject {
             let mut c = Config::default();
             inj.apply(&mut c);
             vm::write_injection(&machine.mem, &c)?;
         }
-        VcpuPool::start(machine, opts.timeout, rounds)
+        // Linux's windows as asked, at the guest's TSC frequency (0 when KVM
+        // cannot say, as Vm::new has it), before any vCPU runs.
+        let khz = machine
+            .vcpus
+            .first()
+            .and_then(|v| v.get_tsc_khz().ok())
+            .unwrap_or(0);
+        machine.sync_windows = Windows::at(khz, opts.sync_windows_ms);
+        sync_area::write_windows(&machine.mem, machine.sync_windows)?;
+        let windows = machine.sync_windows;
+        Ok((VcpuPool::start(machine, opts.timeout, rounds)?, windows))
     };
-    let mut pool = setup().map_err(Failure::early)?;
+    let (mut pool, windows) = setup().map_err(Failure::early)?;
     let mut driver = Driver {
         host: None,
         completed: 0,
+        windows,
     };
     match driver.drive(&mut pool, opts, on_round) {
         Ok(facts) => Ok(facts),
@@ -100,6 +115,8 @@ pub fn run_streaming(
 struct Driver {
     host: Option<HostInfo>,
     completed: u32,
+    /// The windows Linux's sync runs with in this VM.
+    windows: Windows,
 }
 
 impl Driver {
@@ -110,7 +127,8 @@ impl Driver {
         on_round: &mut dyn FnMut(RoundResult) -> Result<(), String>,
     ) -> Result<RunFacts, RunError> {
         let initial = pool.readback(0)?;
-        let host = HostInfo::collect(pool.facts(&initial));
+        let mut host = HostInfo::collect(pool.facts(&initial));
+        host.sync_windows = Some(self.windows);
         self.host = Some(host.clone());
         let mut notes = Vec::new();
         if let Some(s) = initial.iter().find(|s| s.offset != initial[0].offset) {
