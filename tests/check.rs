@@ -4,8 +4,10 @@
 //! Expectations follow the host: on PVM checks 2-4 FAIL with reasons taken
 //! from the data (a true finding), 1 PASSes; on real KVM (VMX/SVM, Linux >=
 //! 5.10) checks 1, 2 and 4 PASS and 3 PASSes wherever exact offsets exist;
-//! check 5 PASSes or is honestly UNDECIDED everywhere. An unknown host fails
-//! the test. Skipped without /dev/kvm unless `CI` is set.
+//! check 5 PASSes or is honestly UNDECIDED everywhere; check 7 FAILs on PVM
+//! (its offsets never move), PASSes on real KVM with KVM_VCPU_TSC_OFFSET and
+//! the KVM_CLOCK_REALTIME/HOST_TSC flags and SKIPs without them. An unknown
+//! host fails the test. Skipped without /dev/kvm unless `CI` is set.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -106,7 +108,8 @@ fn verdicts_match_the_host_and_every_format_is_well_formed() {
             "adjust-equals-offset",
             "writes-honoured",
             "warp",
-            "skew-threshold"
+            "skew-threshold",
+            "save-restore"
         ]
     );
 
@@ -150,6 +153,17 @@ fn verdicts_match_the_host_and_every_format_is_well_formed() {
                     reason(&doc, id)
                 );
             }
+            // Check 7: the snapshot's offsets did not carry the rendezvous'
+            // writes (TSC_ADJUST did), and, whenever the documented shift was
+            // not 0, the offsets written did not read back.
+            let c7 = reason(&doc, "save-restore");
+            assert_eq!(verdict(&doc, "save-restore"), "FAIL", "{c7}");
+            assert!(
+                c7.contains(
+                    "the offsets did not move although TSC_ADJUST recorded the rendezvous' writes"
+                ) && c7.ends_with("(host: PVM)"),
+                "{c7}"
+            );
             assert_eq!(out.status.code(), Some(1), "a failed check exits 1");
             assert_eq!(doc["ok"], Value::Bool(false));
         }
@@ -165,6 +179,26 @@ fn verdicts_match_the_host_and_every_format_is_well_formed() {
                 "{}",
                 reason(&doc, "adjust-equals-offset")
             );
+            // Check 7 needs KVM_VCPU_TSC_OFFSET and KVM_CLOCK_REALTIME |
+            // KVM_CLOCK_HOST_TSC (Linux >= 5.16 with a TSC clocksource);
+            // without them it SKIPs naming what is missing.
+            let adjust_clock = env["kvm_capabilities"]["KVM_CAP_ADJUST_CLOCK"]
+                .as_i64()
+                .unwrap_or(0);
+            let c7 = reason(&doc, "save-restore");
+            if env["tsc_offset_attr"] == true && adjust_clock & 12 == 12 {
+                // KVM_GET_CLOCK reports real time and the host TSC only with
+                // a TSC clocksource; without one check 7 SKIPs saying so.
+                let want = if env["clocksource"] == "tsc" {
+                    "PASS"
+                } else {
+                    "SKIP"
+                };
+                assert_eq!(verdict(&doc, "save-restore"), want, "{c7}");
+            } else {
+                assert_eq!(verdict(&doc, "save-restore"), "SKIP", "{c7}");
+                assert!(c7.contains("this kernel lacks"), "{c7}");
+            }
             assert_eq!(out.status.code(), Some(0));
         }
         "vmx" | "svm" => {
@@ -200,8 +234,8 @@ fn verdicts_match_the_host_and_every_format_is_well_formed() {
         .children()
         .filter(|n| n.has_tag_name("testcase"))
         .collect();
-    assert_eq!(cases.len(), 6);
-    assert_eq!(suite.attribute("tests"), Some("6"));
+    assert_eq!(cases.len(), 7);
+    assert_eq!(suite.attribute("tests"), Some("7"));
     let failures = cases
         .iter()
         .filter(|c| c.children().any(|n| n.has_tag_name("failure")))

@@ -21,7 +21,8 @@
 //! - [`session`]: a VM in command mode, for step-by-step checks.
 //! - [`analysis`]: skew, honoured writes and exit times from the raw readings.
 //! - [`stats`]: order statistics; [`inference`]: PRNG, bootstrap intervals
-//!   and the Mann-Whitney U test.
+//!   and the Mann-Whitney U test; [`distribution`]: the same in memory
+//!   bounded whatever the number of rounds.
 //! - [`compare`]: variants measured interleaved in one VM and compared.
 //! - [`check`]: the regression checks, JUnit output and baselines.
 //! - [`report`]: the readable `run` report and its JSON schema.
@@ -33,13 +34,16 @@ pub mod arch;
 pub mod check;
 pub mod cmd;
 pub mod compare;
+pub mod distribution;
 pub mod error;
 pub mod guest_image;
 pub mod host;
 pub mod inference;
+pub mod native;
 pub mod options;
 pub mod pool;
 pub mod report;
+pub mod restore;
 pub mod rounds;
 pub mod session;
 pub mod stats;

@@ -12,12 +12,13 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kvm_ioctls::{Kvm, VcpuFd};
+use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use tsc_contract::{layout, Progress, RoundRecord, Variant, RECORD_SIZE};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::error::{RunError, Stall};
 use crate::host::VmFacts;
+use crate::restore::snapshot::Saved;
 use crate::stop;
 use crate::tsc::{self, debugfs, OffsetReader, OffsetSource, TscState};
 use crate::vstate::spin::{self, SpinBreaker};
@@ -124,6 +125,11 @@ impl VcpuPool {
     /// The KVM system fd (for capability checks).
     pub fn kvm(&self) -> Option<&Kvm> {
         self.vm.as_ref().map(|vm| &vm.kvm)
+    }
+
+    /// The VM fd (for VM-wide state such as KVM_GET_CLOCK).
+    pub fn vm_fd(&self) -> Option<&VmFd> {
+        self.vm.as_ref().map(|vm| &vm.fd)
     }
 
     /// Whether KVM has the KVM_VCPU_TSC_OFFSET attribute.
@@ -319,6 +325,28 @@ impl VcpuPool {
         let mut out = Vec::new();
         self.readback_into(round, &mut out)?;
         Ok(out)
+    }
+
+    /// Every (parked) vCPU's state for a snapshot, in vCPU order: each
+    /// vCPU thread completes its pending port I/O and saves its registers
+    /// and TSC state ([`Command::Save`]); the vCPUs stay parked. A vCPU whose
+    /// state could not be saved answers with why.
+    pub fn save_all(&mut self, round: u32) -> Result<Vec<Saved>, RunError> {
+        let mut out: Vec<Option<Saved>> = (0..self.vcpus()).map(|_| None).collect();
+        self.send_all(Command::Save);
+        self.collect(round, None, |ev| match ev {
+            Event::Saved { vcpu, state } => {
+                if let Some(slot) = out.get_mut(vcpu as usize) {
+                    *slot = Some(state);
+                }
+                Ok(Some(vcpu))
+            }
+            _ => Ok(None),
+        })?;
+        out.into_iter()
+            .enumerate()
+            .map(|(i, s)| s.ok_or(RunError::Lost(i as u32)))
+            .collect()
     }
 
     /// Reads every vCPU's record of `round` from guest memory into `out`

@@ -5,9 +5,11 @@
 use std::time::Duration;
 
 use tsc_contract::{CommandSlot, Op, RoundRecord, Variant, CONFIG_COMMAND_MODE};
+use vm_memory::GuestMemoryMmap;
 
 use crate::error::RunError;
 use crate::pool::VcpuPool;
+use crate::restore::snapshot::Saved;
 use crate::tsc::TscState;
 use crate::vstate::sync_area::{self, SyncRound};
 use crate::vstate::vcpu::Command;
@@ -54,6 +56,38 @@ impl Session {
         };
         s.resume()?;
         Ok(s)
+    }
+
+    /// A session on a VM restored from a snapshot ([`crate::restore`]):
+    /// starts its vCPU threads without running the guest, whose vCPUs
+    /// were saved parked with their report of command `next_command - 1`
+    /// completed; the next command the host sends is `next_command`.
+    pub fn restored(vm: Vm, timeout: Duration, next_command: u32) -> Result<Session, RunError> {
+        Ok(Session {
+            pool: VcpuPool::start(vm, timeout, u32::MAX)?,
+            seq: next_command,
+        })
+    }
+
+    /// The number of the command the guest will report done next.
+    pub fn next_command(&self) -> u32 {
+        self.seq
+    }
+
+    /// Every (parked) vCPU's state for a snapshot, each one's pending port
+    /// I/O completed first (see [`crate::restore::snapshot`]).
+    pub fn save_vcpus(&mut self) -> Result<Vec<Saved>, RunError> {
+        self.pool.save_all(self.seq)
+    }
+
+    /// Guest memory.
+    pub fn mem(&self) -> &GuestMemoryMmap {
+        self.pool.mem()
+    }
+
+    /// The VM fd.
+    pub fn vm_fd(&self) -> Option<&kvm_ioctls::VmFd> {
+        self.pool.vm_fd()
     }
 
     /// Number of vCPUs.

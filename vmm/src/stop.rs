@@ -23,6 +23,15 @@ pub fn requested() -> Option<i32> {
     }
 }
 
+/// Called by a command once it has stopped because of `signal` and is about
+/// to report what it measured: says so in the log.
+pub fn seen(signal: i32) {
+    log::info!(
+        "stopping on {}: reporting what was measured",
+        signal_name(signal)
+    );
+}
+
 /// A signal's name, for messages.
 pub fn signal_name(signal: i32) -> String {
     match signal {

@@ -119,12 +119,16 @@ fn check(args: &CheckArgs) -> Result<Exit, Exit> {
         Ok(r) => r,
         Err(e) => {
             if let Some(signal) = e.0.signal() {
+                stop::seen(signal);
                 eprintln!("error: {e}");
                 return Ok(Exit::Stopped(signal));
             }
             return Err(cannot_run(format_args!("the checks could not run: {e}")));
         }
     };
+    if let (Some(_), Some(signal)) = (&report.incomplete, stop::requested()) {
+        stop::seen(signal);
+    }
     if let Some(b) = &base {
         let out = baseline::compare(&mut report, b, args.tolerance / 100.0);
         for m in out.missing {

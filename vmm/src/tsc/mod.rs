@@ -24,10 +24,11 @@ mod ioctls {
     use vmm_sys_util::ioctl_iow_nr;
 
     const KVMIO: u32 = 0xAE;
+    ioctl_iow_nr!(KVM_SET_DEVICE_ATTR, KVMIO, 0xe1, kvm_device_attr);
     ioctl_iow_nr!(KVM_GET_DEVICE_ATTR, KVMIO, 0xe2, kvm_device_attr);
     ioctl_iow_nr!(KVM_HAS_DEVICE_ATTR, KVMIO, 0xe3, kvm_device_attr);
 }
-use ioctls::{KVM_GET_DEVICE_ATTR, KVM_HAS_DEVICE_ATTR};
+use ioctls::{KVM_GET_DEVICE_ATTR, KVM_HAS_DEVICE_ATTR, KVM_SET_DEVICE_ATTR};
 
 /// vCPU attribute group KVM_VCPU_TSC_CTRL.
 pub const KVM_VCPU_TSC_CTRL: u32 = 0;
@@ -43,6 +44,8 @@ pub enum TscError {
     SetMsrs(String),
     /// KVM_GET_DEVICE_ATTR(KVM_VCPU_TSC_OFFSET): {0}
     GetOffset(#[source] errno::Error),
+    /// KVM_SET_DEVICE_ATTR(KVM_VCPU_TSC_OFFSET): {0}
+    SetOffset(#[source] errno::Error),
     /// KVM_GET_TSC_KHZ: {0}
     GetTscKhz(String),
     /// reading the TSC offset from KVM's debugfs: {0}
@@ -123,6 +126,20 @@ pub fn get_offset(vcpu: &VcpuFd) -> Result<u64, TscError> {
     Ok(value)
 }
 
+/// Sets the vCPU's TSC offset through KVM_SET_DEVICE_ATTR: exactly, without
+/// touching TSC_ADJUST and without KVM's one-second matching of host TSC
+/// writes (Documentation/virt/kvm/devices/vcpu.rst, "TSC offset").
+pub fn set_offset(vcpu: &VcpuFd, offset: u64) -> Result<(), TscError> {
+    let a = attr(&offset as *const u64 as u64);
+    // SAFETY: KVM reads 8 bytes from `addr`, which points at `offset`, alive
+    // for the whole call; it writes nothing back.
+    let ret = unsafe { ioctl_with_ref(vcpu, KVM_SET_DEVICE_ATTR(), &a) };
+    if ret != 0 {
+        return Err(TscError::SetOffset(errno::Error::last()));
+    }
+    Ok(())
+}
+
 /// Where the exact per-vCPU TSC offsets come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -145,6 +162,15 @@ impl OffsetSource {
             OffsetSource::None => {
                 "none: no KVM_VCPU_TSC_OFFSET (Linux < 5.16) and no readable KVM debugfs"
             }
+        }
+    }
+
+    /// Its short name in verdict reasons.
+    pub fn short(self) -> &'static str {
+        match self {
+            OffsetSource::KvmVcpuTscOffset => "KVM_VCPU_TSC_OFFSET",
+            OffsetSource::Debugfs => "KVM debugfs",
+            OffsetSource::None => "no exact offsets",
         }
     }
 
@@ -304,8 +330,9 @@ mod tests {
 
     #[test]
     fn ioctl_numbers_match_the_kernel_headers() {
-        // _IOW(0xAE, 0xe2/0xe3, struct kvm_device_attr) with a 24-byte struct.
+        // _IOW(0xAE, 0xe1/0xe2/0xe3, struct kvm_device_attr) with a 24-byte struct.
         assert_eq!(std::mem::size_of::<kvm_device_attr>(), 24);
+        assert_eq!(KVM_SET_DEVICE_ATTR(), 0x4018_aee1);
         assert_eq!(KVM_GET_DEVICE_ATTR(), 0x4018_aee2);
         assert_eq!(KVM_HAS_DEVICE_ATTR(), 0x4018_aee3);
     }

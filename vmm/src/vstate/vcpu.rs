@@ -23,6 +23,7 @@ use tsc_contract::ports;
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
 use super::exit::{GuestPanic, Regs, RegsSnapshot, Suberror, VcpuError, Vector};
+use crate::restore::snapshot::{self, Saved};
 use crate::tsc::{self, TscError, TscState};
 
 /// What the coordinator tells a vCPU thread.
@@ -36,6 +37,9 @@ pub enum Command {
     GetMsr(u32),
     /// Write one MSR through KVM_SET_MSRS, as the host (the vCPU is parked).
     SetMsr(u32, u64),
+    /// Complete the pending port I/O and save the vCPU's state for a
+    /// snapshot (the vCPU is parked; see [`crate::restore::snapshot`]).
+    Save,
     /// Leave the thread.
     Stop,
 }
@@ -79,6 +83,13 @@ pub enum Event {
         index: u32,
         /// The value, or why the access failed.
         value: Result<u64, TscError>,
+    },
+    /// The answer to [`Command::Save`].
+    Saved {
+        /// The vCPU.
+        vcpu: u32,
+        /// Its state, or why it could not be saved.
+        state: Saved,
     },
     /// The vCPU stopped with an error; the thread has ended.
     Failed {
@@ -237,6 +248,14 @@ impl VcpuThread {
                         vcpu: self.index,
                         index,
                         value: tsc::set_msr(&self.fd, index, value).map(|()| value),
+                    },
+                    false,
+                ),
+                Command::Save => (
+                    Event::Saved {
+                        vcpu: self.index,
+                        state: snapshot::save_vcpu(&mut self.fd, &self.offsets, self.msrs.as_mut())
+                            .map(Box::new),
                     },
                     false,
                 ),

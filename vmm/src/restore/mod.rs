@@ -1,0 +1,319 @@
+//! `restore`: does snapshot/restore keep the guest's TSCs in sync?
+//!
+//! Per method under test: a command-mode VM runs one rendezvous on N vCPUs
+//! (so their offsets differ by the skew it left), every guest reads its TSC,
+//! and the VM is snapshotted ([`snapshot`]: memory, registers, TSC state,
+//! KVM_GET_CLOCK; each vCPU's pending port I/O completed first) and
+//! destroyed. After `--delay-ms` a fresh VM gets the memory and registers
+//! back and its TSC state by the method ([`methods`]: `documented`, `msr`,
+//! `msr-twice`; the arithmetic in [`offsets`]), and the same guest resumes
+//! its command loop: its first TSC reads and a warp test follow. What was
+//! measured ([`measure`]) becomes the report ([`report`], [`text`]) and the
+//! evidence of check 7 (`save-restore`).
+
+pub mod measure;
+pub mod methods;
+pub mod offsets;
+pub mod report;
+pub mod snapshot;
+#[cfg(test)]
+pub(crate) mod testdata;
+pub mod text;
+mod words;
+
+use std::time::Duration;
+
+use tsc_contract::Variant;
+
+use crate::error::{RunError, Signal};
+use crate::tsc::TscError;
+use crate::vstate::vm::VmError;
+
+pub use measure::{measure, MethodRun, Reads};
+pub use methods::{Support, Trace};
+pub use report::{MethodReport, RestoreReport, SCHEMA};
+
+/// How the TSC state is put into the restored vCPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Method {
+    /// Documentation/virt/kvm/devices/vcpu.rst, "TSC offset": KVM_SET_CLOCK
+    /// with KVM_CLOCK_REALTIME, KVM_GET_CLOCK, every offset shifted by the
+    /// same amount and set with KVM_VCPU_TSC_OFFSET; TSC_ADJUST with
+    /// KVM_SET_MSRS.
+    Documented,
+    /// What many VMMs do: KVM_SET_MSRS of each vCPU's saved IA32_TSC plus
+    /// the time elapsed (and TSC_ADJUST), through KVM's one-second matching
+    /// of host TSC writes.
+    Msr,
+    /// The same, every IA32_TSC written twice (Cloud Hypervisor #8383).
+    MsrTwice,
+}
+
+impl Method {
+    /// Every method, in report order.
+    pub const ALL: [Method; 3] = [Method::Documented, Method::Msr, Method::MsrTwice];
+
+    /// Its name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Documented => "documented",
+            Method::Msr => "msr",
+            Method::MsrTwice => "msr-twice",
+        }
+    }
+
+    /// Looks a method up by name.
+    pub fn from_name(name: &str) -> Option<Method> {
+        Method::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// What it does, in one line.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Method::Documented => {
+                "KVM_SET_CLOCK(KVM_CLOCK_REALTIME), KVM_GET_CLOCK, every KVM_VCPU_TSC_OFFSET \
+                 shifted by the same amount (vcpu.rst), TSC_ADJUST by KVM_SET_MSRS"
+            }
+            Method::Msr => {
+                "KVM_SET_MSRS of TSC_ADJUST and of IA32_TSC = saved value + host time elapsed"
+            }
+            Method::MsrTwice => {
+                "as msr, then every IA32_TSC written a second time (Cloud Hypervisor #8383)"
+            }
+        }
+    }
+}
+
+/// The steps of one method's measurement, in order; a failure names the
+/// step it happened in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Creating the source VM, the rendezvous and the last guest reads.
+    Source,
+    /// Saving the source (its VM and vCPU threads are alive).
+    Snapshot,
+    /// Destroying the source, the delay, creating the destination VM.
+    Create,
+    /// Restoring guest memory.
+    Memory,
+    /// Restoring every vCPU's registers.
+    Registers,
+    /// Restoring the TSC state by the method.
+    Tsc,
+    /// Starting the destination's vCPU threads and resuming the guest.
+    Resume,
+    /// The first guest reads, the warp test and the readbacks.
+    Measure,
+}
+
+impl Step {
+    /// Every step, in order.
+    pub const ALL: [Step; 8] = [
+        Step::Source,
+        Step::Snapshot,
+        Step::Create,
+        Step::Memory,
+        Step::Registers,
+        Step::Tsc,
+        Step::Resume,
+        Step::Measure,
+    ];
+
+    /// Its name (as in [`FAIL_ENV`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Source => "source",
+            Step::Snapshot => "snapshot",
+            Step::Create => "create",
+            Step::Memory => "memory",
+            Step::Registers => "registers",
+            Step::Tsc => "tsc",
+            Step::Resume => "resume",
+            Step::Measure => "measure",
+        }
+    }
+
+    /// What happens in it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Step::Source => "running the source VM",
+            Step::Snapshot => "saving the source VM",
+            Step::Create => "creating the destination VM",
+            Step::Memory => "restoring guest memory",
+            Step::Registers => "restoring the vCPU registers",
+            Step::Tsc => "restoring the TSC state",
+            Step::Resume => "resuming the restored guest",
+            Step::Measure => "measuring the restored guest",
+        }
+    }
+
+    /// Looks a step up by name.
+    pub fn from_name(name: &str) -> Option<Step> {
+        Step::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// Test-only: make one method's measurement fail on purpose in a step, to
+/// test the half-way failure path: `snapshot` (after the source was saved,
+/// before it is destroyed), `create` (after it was destroyed, before the
+/// destination exists), `memory`, `registers`, `tsc` (after vCPU 0's TSC
+/// state was restored, before the others'), `resume` (after the
+/// destination's vCPU threads started, before the guest runs), `measure`
+/// (after the guest's first reads).
+pub const FAIL_ENV: &str = "TSC_RENDEZVOUS_TEST_RESTORE_FAIL";
+
+/// The steps [`FAIL_ENV`] accepts.
+pub const INJECTABLE: [Step; 7] = [
+    Step::Snapshot,
+    Step::Create,
+    Step::Memory,
+    Step::Registers,
+    Step::Tsc,
+    Step::Resume,
+    Step::Measure,
+];
+
+/// The step [`FAIL_ENV`] names, if it is set.
+pub fn fail_from_env() -> Result<Option<Step>, String> {
+    let Ok(name) = std::env::var(FAIL_ENV) else {
+        return Ok(None);
+    };
+    INJECTABLE
+        .into_iter()
+        .find(|s| s.name() == name)
+        .map(Some)
+        .ok_or_else(|| {
+            let valid: Vec<&str> = INJECTABLE.iter().map(|s| s.name()).collect();
+            format!(
+                "{FAIL_ENV}='{name}' is not a step; use one of {}",
+                valid.join(", ")
+            )
+        })
+}
+
+/// What one method's measurement is asked to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MethodOptions {
+    /// vCPUs.
+    pub vcpus: u32,
+    /// The variant of the rendezvous before the snapshot.
+    pub variant: Variant,
+    /// Time between destroying the source VM and creating the destination.
+    pub delay: Duration,
+    /// Iterations of the warp test per vCPU after the restore.
+    pub warp_iterations: u64,
+    /// Deadline of each of the two VMs' sessions.
+    pub timeout: Duration,
+    /// Test-only: fail on purpose in this step.
+    pub fail_at: Option<Step>,
+}
+
+/// The longest `--delay-ms`: a minute, far beyond KVM's one-second matching
+/// window of host TSC writes (the interesting boundary), and short enough
+/// to keep a run bounded.
+pub const MAX_DELAY_MS: u64 = 60_000;
+
+/// Why a restore (or its measurement) failed.
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
+pub enum RestoreError {
+    /// {0}
+    Run(#[from] RunError),
+    /// {0}
+    Vm(#[from] VmError),
+    /// saving vCPU {vcpu}: {error}
+    Save {
+        /// The vCPU.
+        vcpu: u32,
+        /// Why.
+        #[source]
+        error: snapshot::SaveError,
+    },
+    /// vCPU {vcpu}'s pending port I/O was not completed (RIP {rip_at_exit:#x} before the completing KVM_RUN, {rip_after:#x} after, not past an `out dx, eax`): the restored guest would repeat its last report
+    PioNotCompleted {
+        /// The vCPU.
+        vcpu: u32,
+        /// RIP before.
+        rip_at_exit: u64,
+        /// RIP after.
+        rip_after: u64,
+    },
+    /// restoring vCPU {vcpu}: {what} failed: {source}
+    Vcpu {
+        /// The vCPU.
+        vcpu: u32,
+        /// The ioctl.
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+    /// restoring vCPU {vcpu}'s TSC state: {error}
+    Tsc {
+        /// The vCPU.
+        vcpu: u32,
+        /// The error.
+        #[source]
+        error: TscError,
+    },
+    /// {0} failed: {1}
+    Kvm(&'static str, #[source] kvm_ioctls::Error),
+    /// {0}
+    Clock(String),
+    /// {0}
+    Offsets(#[from] offsets::OffsetError),
+    /// the vCPUs' TSC frequencies differ ({0} kHz and {1} kHz): one frequency cannot convert the clock for all of them
+    Frequencies(u32, u32),
+    /// vCPU {0}'s exact TSC offset was not saved (no KVM_VCPU_TSC_OFFSET readback): the documented method needs it
+    NoOffset(u32),
+    /// guest memory: {0}
+    Memory(String),
+    /// interrupted by {0} while waiting between the snapshot and the restore
+    Interrupted(Signal),
+    /// injected failure in step '{0}' (TSC_RENDEZVOUS_TEST_RESTORE_FAIL)
+    Injected(Step),
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl RestoreError {
+    /// The signal that stopped it, if one did.
+    pub fn signal(&self) -> Option<i32> {
+        match self {
+            RestoreError::Run(e) => e.signal(),
+            RestoreError::Interrupted(s) => Some(s.0),
+            _ => None,
+        }
+    }
+
+    /// Whether it is a setup error (no usable KVM, a missing capability)
+    /// rather than a failure once things ran.
+    pub fn is_setup(&self) -> bool {
+        match self {
+            RestoreError::Run(e) => e.is_setup(),
+            RestoreError::Vm(_) => true,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_and_steps_round_trip_by_name() {
+        for m in Method::ALL {
+            assert_eq!(Method::from_name(m.name()), Some(m));
+        }
+        for s in Step::ALL {
+            assert_eq!(Step::from_name(s.name()), Some(s));
+        }
+        assert_eq!(Method::from_name("msr-thrice"), None);
+        let e = RestoreError::Injected(Step::Tsc).to_string();
+        assert!(e.contains("step 'tsc'") && e.contains(FAIL_ENV), "{e}");
+    }
+}
