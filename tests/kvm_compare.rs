@@ -412,10 +412,13 @@ fn check_skew_against_tsc_adjust(rounds: &[&[Row]]) -> usize {
     };
     let mut sums: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
     let mut honoured_so_far: BTreeMap<u32, Option<bool>> = BTreeMap::new();
+    let mut origin: BTreeMap<u32, bool> = BTreeMap::new();
     let mut checked = 0;
     for r in rounds {
         let vm = r[0].vm;
-        let from_creation = r[0].round_in_vm == 0 || sums.contains_key(&vm);
+        // Whether this VM's rows start at its creation: decided by its first
+        // row (a VM with warm-up rounds starts later, and stays incomplete).
+        let from_creation = *origin.entry(vm).or_insert(r[0].round_in_vm == 0);
         let sum = sums.entry(vm).or_insert_with(|| vec![0; r.len()]);
         for (s, row) in sum.iter_mut().zip(r.iter()) {
             *s = s.wrapping_add(row.adjust_delta);

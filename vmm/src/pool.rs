@@ -65,7 +65,7 @@ impl VcpuPool {
         vcpu::install_kick_handler().map_err(RunError::KickHandler)?;
         let with_offset = vm.vcpus.first().is_some_and(tsc::has_offset_attr);
         let vm_dir = debugfs::mounted()
-            .map(|root| debugfs::vm_dir(&root, std::process::id(), vm.fd.as_raw_fd()));
+            .map(|root| debugfs::vm_dir(&root, vm.creator_tid, vm.fd.as_raw_fd()));
         let mut readers = OffsetReader::choose(&vm.vcpus, vm_dir.as_deref()).into_iter();
         let offset_source = readers
             .as_slice()
@@ -106,6 +106,13 @@ impl VcpuPool {
             pool.breaker = SpinBreaker::start(targets, spin::PERIOD).ok();
         }
         Ok(pool)
+    }
+
+    /// Re-arms the watchdog: what follows must be done within `timeout`
+    /// from now (a run whose every round has its own deadline).
+    pub fn rearm(&mut self, timeout: Duration) {
+        self.deadline = Instant::now() + timeout;
+        self.timeout = timeout;
     }
 
     /// Number of vCPUs.

@@ -53,7 +53,8 @@ pub fn mounted() -> Option<PathBuf> {
         .and_then(|m| mount_point(&m))
 }
 
-/// The directory KVM gives the VM whose fd is `vm_fd` in process `pid`.
+/// The directory KVM gives the VM whose fd is `vm_fd`, created by the thread
+/// `pid` (KVM uses the creating thread's id, not the process id).
 pub fn vm_dir(debugfs: &Path, pid: u32, vm_fd: i32) -> PathBuf {
     debugfs.join("kvm").join(format!("{pid}-{vm_fd}"))
 }

@@ -81,6 +81,10 @@ pub struct Vm {
     pub guest_tsc_adjust: bool,
     /// The windows of Linux's sync written into the config.
     pub sync_windows: Windows,
+    /// The thread that created the VM: KVM names the VM's debugfs directory
+    /// `<its thread id>-<vm fd>` (`task_pid_nr(current)`), which is the
+    /// process id only on the main thread.
+    pub creator_tid: u32,
 }
 
 /// The most vCPUs this KVM allows.
@@ -173,6 +177,7 @@ impl Vm {
         let fd = kvm
             .create_vm()
             .map_err(|e| VmError::Kvm("KVM_CREATE_VM", e))?;
+        let creator_tid = current_tid();
         let mem =
             GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), layout::MEM_SIZE as usize)])
                 .map_err(|e| VmError::Memory(e.to_string()))?;
@@ -245,8 +250,16 @@ impl Vm {
             vcpus: vcpu_fds,
             guest_tsc_adjust,
             sync_windows,
+            creator_tid,
         })
     }
+}
+
+/// The calling thread's id (the `pid` KVM names things after).
+fn current_tid() -> u32 {
+    // SAFETY: gettid has no arguments and no side effects; it cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    u32::try_from(tid).unwrap_or_else(|_| std::process::id())
 }
 
 fn mem_err(e: impl fmt::Display) -> VmError {
