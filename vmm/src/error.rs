@@ -18,6 +18,8 @@ use crate::vstate::vm::VmError;
 pub enum RunError {
     /// {0}
     Vm(#[from] VmError),
+    /// {0}
+    InitialSkew(#[from] crate::skew::SkewError),
     /// cannot start a vCPU thread: {0}
     Spawn(#[source] std::io::Error),
     /// cannot install the vCPU kick signal handler: {0}
@@ -113,7 +115,10 @@ impl RunError {
     pub fn is_setup(&self) -> bool {
         matches!(
             self,
-            RunError::Vm(_) | RunError::KickHandler(_) | RunError::NothingToRun
+            RunError::Vm(_)
+                | RunError::InitialSkew(_)
+                | RunError::KickHandler(_)
+                | RunError::NothingToRun
         )
     }
 

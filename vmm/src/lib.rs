@@ -19,6 +19,10 @@
 //! - [`error`]: why a run ended early.
 //! - [`rounds`]: one run, from VM creation to the per-round results.
 //! - [`session`]: a VM in command mode, for step-by-step checks.
+//! - [`skew`]: `--initial-skew`, set exactly and verified before the first
+//!   round.
+//! - [`restore`]: snapshot and restore of the TSC state (`restore`, check 7).
+//! - [`native`]: the host backend, the algorithms on host threads.
 //! - [`analysis`]: skew, honoured writes and exit times from the raw readings.
 //! - [`stats`]: order statistics; [`inference`]: PRNG, bootstrap intervals
 //!   and the Mann-Whitney U test; [`distribution`]: the same in memory
@@ -46,6 +50,7 @@ pub mod report;
 pub mod restore;
 pub mod rounds;
 pub mod session;
+pub mod skew;
 pub mod stats;
 pub mod stop;
 pub mod tsc;
