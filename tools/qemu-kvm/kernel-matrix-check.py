@@ -1,0 +1,528 @@
+#!/usr/bin/env python3
+"""kernel-matrix-check.py: judge what kernel-matrix.sh brought back from the guests.
+
+Usage: kernel-matrix-check.py ARTEFACT_DIR SUITE [SUITE...]
+
+ARTEFACT_DIR/SUITE/ holds one boot's files (see kernel-matrix-guest.sh) plus
+boot.txt (boot_rc, boot_seconds, qemu_seconds). Every expectation is asserted per
+kernel; a mismatch prints one line naming the kernel, the check, the verdict seen
+and the reason. At the end one summary table over all kernels; the exit code is 0
+only when every expectation of every kernel held. Also writes
+ARTEFACT_DIR/summary.json and ARTEFACT_DIR/failures.txt.
+
+Standard library only.
+"""
+
+import json
+import os
+import re
+import sys
+import xml.etree.ElementTree as ET
+
+# The kernel each Debian suite must boot: (major, minor).
+SUITE_KERNEL = {"bullseye": (5, 10), "bookworm": (6, 1), "trixie": (6, 12)}
+# KVM_VCPU_TSC_OFFSET exists from Linux 5.16; before it the exact offsets come from
+# KVM's debugfs (the guest's /init mounts it).
+TSC_OFFSET_ATTR_SINCE = (5, 16)
+CHECK_IDS = [
+    "same-start",
+    "tsc-msrs",
+    "adjust-equals-offset",
+    "writes-honoured",
+    "warp",
+    "skew-threshold",
+    "save-restore",
+]
+N_CHECKS = len(CHECK_IDS)
+# Variants whose rounds write no common TSC value: their run-level writes_honoured
+# is null unless a compensation (linux-tsc-sync's TSC_ADJUST write) was judged.
+NO_COMMON_WRITE = ("xen-std", "linux-tsc-sync")
+# The restore methods and what each must do on a kernel with KVM_VCPU_TSC_OFFSET.
+RESTORE_METHODS = ("documented", "msr", "msr-twice")
+# The reasons that may make check 5 UNDECIDED on a correct host: the warp test could
+# not see a warp of the measured size.
+WARP_UNDECIDED_REASONS = ("the lock never passed", "the shortest of")
+SHORT = {"PASS": "PASS", "FAIL": "FAIL", "SKIP": "SKIP", "UNDECIDED": "UNDEC"}
+
+
+def read_kv(path):
+    kv = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                line = line.rstrip("\n")
+                if "=" in line:
+                    k, v = line.split("=", 1)
+                    kv[k] = v
+    except FileNotFoundError:
+        return None
+    return kv
+
+
+def read_text(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def read_json(path):
+    """(document, None) or (None, why not)."""
+    text = read_text(path)
+    if text is None:
+        return None, f"{os.path.basename(path)} did not come back"
+    if not text.strip():
+        return None, f"{os.path.basename(path)} is empty"
+    try:
+        return json.loads(text), None
+    except ValueError as e:
+        return None, f"{os.path.basename(path)} is not JSON ({e}); starts {text[:120]!r}"
+
+
+def clip(s, n=300):
+    s = " ".join(str(s).split())
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+class Kernel:
+    def __init__(self, root, suite):
+        self.suite = suite
+        self.dir = os.path.join(root, suite)
+        self.release = "?"
+        self.failures = []
+        self.notes = []
+        self.verdicts = {}
+        self.honoured = None  # run: every variant honoured and exact
+        self.tests = []  # (name, ok)
+        self.seconds = None
+        self.qemu_seconds = None
+        self.extra = []  # checks beyond the known ones: "8 id VERDICT"
+        self.restore = None  # "documented kept, msr snapped, ..." or a failure
+
+    def fail(self, check, verdict, reason):
+        self.failures.append(
+            f"FAIL [{self.suite} {self.release}] {check}: {verdict}: {reason}"
+        )
+
+    def note(self, text):
+        self.notes.append(f"note [{self.suite} {self.release}] {text}")
+
+    # ------------------------------------------------------------------ judge
+    def judge(self):
+        boot = read_kv(os.path.join(self.dir, "boot.txt")) or {}
+        self.seconds = boot.get("boot_seconds")
+        self.qemu_seconds = boot.get("qemu_seconds")
+        res = read_kv(os.path.join(self.dir, "results.txt"))
+        if res is None:
+            rc = boot.get("boot_rc", "?")
+            why = {
+                "124": "the boot timed out",
+                "125": "QEMU ended without the exit marker (guest panic or QEMU error)",
+                "97": "kvm_amd did not load or /dev/kvm is missing in the guest",
+                "4": "host setup failed (packages or kernel download)",
+                "2": "run-in-qemu.sh usage error",
+                "3": "a program is missing or not static",
+            }.get(rc, "no results came back")
+            self.fail("boot", f"exit {rc}", f"{why}; no results.txt (console: {self.dir}/console.log)")
+            return
+        self.release = res.get("kernel_release", "?")
+        self.judge_boot(boot, res)
+        self.judge_kernel(res)
+        self.judge_check(res)
+        self.judge_ktap(res)
+        self.judge_junit()
+        self.judge_run(res)
+        self.judge_restore(res)
+        self.judge_tests(res)
+
+    def judge_boot(self, boot, res):
+        rc = boot.get("boot_rc")
+        if rc is None:
+            self.fail("boot", "unknown", "boot.txt has no boot_rc")
+        elif rc == "124":
+            self.fail("boot", "timeout", f"the boot hit its timeout ({boot.get('boot_timeout', '?')} s) after the script had started")
+        elif rc != res.get("script_rc"):
+            self.fail("boot", f"exit {rc}", f"run-in-qemu.sh exited {rc}, the guest script {res.get('script_rc', 'did not finish')}")
+
+    def judge_kernel(self, res):
+        want = SUITE_KERNEL.get(self.suite)
+        m = re.match(r"(\d+)\.(\d+)", self.release)
+        got = (int(m.group(1)), int(m.group(2))) if m else None
+        if want and got != want:
+            self.fail("kernel", self.release, f"Debian {self.suite} must boot Linux {want[0]}.{want[1]}, the guest ran {self.release}")
+        if res.get("debugfs_mounted") != "yes":
+            self.fail("environment", "debugfs", "debugfs is not mounted at /sys/kernel/debug in the guest")
+
+    def version(self):
+        m = re.match(r"(\d+)\.(\d+)", self.release)
+        return (int(m.group(1)), int(m.group(2))) if m else None
+
+    def has_offset_attr(self):
+        v = self.version()
+        return v is not None and v >= TSC_OFFSET_ATTR_SINCE
+
+    def expected_offset_source(self):
+        v = self.version()
+        if v is None:
+            return None
+        return "kvm_vcpu_tsc_offset" if v >= TSC_OFFSET_ATTR_SINCE else "debugfs"
+
+    def judge_env(self, what, env):
+        flavor = env.get("kvm_flavor")
+        if flavor != "svm":
+            self.fail(f"{what} environment", f"kvm_flavor {flavor}", "expected svm (kvm_amd inside QEMU)")
+        want = self.expected_offset_source()
+        got = env.get("offset_source")
+        if want and got != want:
+            self.fail(
+                f"{what} environment",
+                f"offset_source {got}",
+                f"expected {want} on Linux {self.release} "
+                f"(KVM_VCPU_TSC_OFFSET {'exists' if want == 'kvm_vcpu_tsc_offset' else 'does not exist before 5.16'}); "
+                f"tsc_offset_attr={env.get('tsc_offset_attr')}",
+            )
+        rel = env.get("kernel_release")
+        if rel is not None and rel != self.release:
+            self.fail(f"{what} environment", f"kernel_release {rel}", f"uname -r in the guest said {self.release}")
+
+    def step_rc(self, res, name):
+        rc = res.get(f"{name}_rc")
+        extra = ""
+        if res.get(f"{name}_timed_out") == "yes":
+            extra = f" (hit the step time limit of {res.get('step_timeout', '?')} s)"
+        return rc, extra
+
+    def judge_check(self, res):
+        doc, why = read_json(os.path.join(self.dir, "check.json"))
+        rc, extra = self.step_rc(res, "check")
+        stderr = clip(read_text(os.path.join(self.dir, "check.stderr")) or "")
+        if doc is None:
+            self.fail("check", f"exit {rc}{extra}", f"{why}; stderr: {stderr or '(empty)'}")
+            return
+        self.judge_env("check", doc.get("environment") or {})
+        checks = doc.get("checks") or []
+        ids = [c.get("id") for c in checks]
+        if ids != CHECK_IDS:
+            self.fail("check", "checks", f"expected the checks {CHECK_IDS}, got {ids}")
+        by_id = {c.get("id"): c for c in checks}
+        self.extra = [f"{c.get('number')} {c.get('id')} {SHORT.get(c.get('verdict'), c.get('verdict'))}"
+                      for c in checks if c.get("id") not in CHECK_IDS]
+        for number, cid in enumerate(CHECK_IDS, 1):
+            c = by_id.get(cid)
+            name = f"check {number} {cid}"
+            if c is None:
+                self.verdicts[number] = "-"
+                self.fail(name, "missing", "not in check.json")
+                continue
+            verdict, reason = c.get("verdict"), c.get("reason", "")
+            self.verdicts[number] = verdict
+            if c.get("number") != number:
+                self.fail(name, verdict, f"numbered {c.get('number')} in check.json")
+            if number <= 4:
+                if verdict != "PASS":
+                    self.fail(name, verdict, f"expected PASS: {reason}")
+                elif cid == "adjust-equals-offset":
+                    vals = c.get("values") or {}
+                    if not vals.get("comparisons") or vals.get("mismatches"):
+                        self.fail(name, verdict, f"a PASS needs exact comparisons and no mismatch; values {json.dumps(vals)}")
+            elif cid == "warp":
+                if verdict == "PASS":
+                    pass
+                elif verdict == "UNDECIDED":
+                    if not any(r in reason for r in WARP_UNDECIDED_REASONS):
+                        self.fail(
+                            name,
+                            verdict,
+                            "UNDECIDED is accepted only when the reason says why the test could not see a warp "
+                            f"({' / '.join(repr(r) for r in WARP_UNDECIDED_REASONS)}): {reason}",
+                        )
+                else:
+                    self.fail(name, verdict, f"expected PASS or UNDECIDED: {reason}")
+            elif cid == "skew-threshold":
+                if verdict != "SKIP":
+                    self.fail(name, verdict, f"expected SKIP (no limit given): {reason}")
+            elif cid == "save-restore":
+                if self.has_offset_attr():
+                    if verdict != "PASS":
+                        self.fail(name, verdict, f"expected PASS (the kernel has KVM_VCPU_TSC_OFFSET): {reason}")
+                elif verdict != "SKIP" or "KVM_VCPU_TSC_OFFSET" not in reason or "KVM_CLOCK_REALTIME" not in reason:
+                    self.fail(name, verdict, "expected SKIP naming KVM_VCPU_TSC_OFFSET and KVM_CLOCK_REALTIME "
+                              f"(Linux {self.release} lacks them): {reason}")
+        if rc != "0":
+            self.fail("check exit code", f"exit {rc}{extra}", f"expected 0; stderr: {stderr or '(empty)'}")
+        if doc.get("ok") is not True:
+            self.fail("check ok", f"ok {doc.get('ok')}", f"check.json says not ok; counts {json.dumps(doc.get('counts'))}; incomplete: {doc.get('incomplete')}")
+
+    def judge_ktap(self, res):
+        path = os.path.join(self.dir, "check.ktap")
+        text = read_text(path)
+        if text is None:
+            if res.get("ktap_option") == "yes":
+                self.fail("check KTAP", "missing", "the binary has check --ktap, but no check.ktap came back")
+            else:
+                self.note("this tsc-rendezvous has no check --ktap yet: ran without it, no KTAP to check")
+            return
+        lines = text.splitlines()
+        if not lines or lines[0].strip() != "KTAP version 1":
+            self.fail("check KTAP", "header", f"does not start with 'KTAP version 1': {lines[0] if lines else '(empty file)'!r}")
+        plans = [ln for ln in lines if re.match(r"^\s*\d+\.\.\d+\s*$", ln)]
+        if [p.strip() for p in plans] != [f"1..{N_CHECKS}"]:
+            self.fail("check KTAP", "plan", f"expected one plan line '1..{N_CHECKS}', got {plans}")
+        results = [ln for ln in lines if re.match(r"^(ok|not ok) \d+\b", ln)]
+        if len(results) != N_CHECKS:
+            self.fail("check KTAP", "results", f"expected {N_CHECKS} result lines, got {len(results)}: {results}")
+        # Each result line agrees with check.json: PASS "ok", SKIP/UNDECIDED "ok ... # SKIP",
+        # FAIL "not ok".
+        for ln in results:
+            m = re.match(r"^(ok|not ok) (\d+) ?([^#]*?)\s*(#.*)?$", ln)
+            if not m:
+                continue
+            num, desc, directive = int(m.group(2)), m.group(3).strip(), (m.group(4) or "")
+            skip = bool(re.match(r"#\s*SKIP\b", directive, re.I))
+            verdict = self.verdicts.get(num)
+            want = {"PASS": ("ok", False), "SKIP": ("ok", True), "UNDECIDED": ("ok", True), "FAIL": ("not ok", False)}.get(verdict)
+            if 1 <= num <= N_CHECKS and desc != CHECK_IDS[num - 1]:
+                self.fail("check KTAP", f"result {num}", f"names {desc!r}, expected {CHECK_IDS[num - 1]!r}: {ln}")
+            if want and (m.group(1), skip) != want:
+                self.fail("check KTAP", f"result {num}", f"disagrees with check.json verdict {verdict}: {ln}")
+
+    def judge_junit(self):
+        path = os.path.join(self.dir, "check-junit.xml")
+        if not os.path.exists(path):
+            self.fail("check JUnit", "missing", "check-junit.xml did not come back")
+            return
+        try:
+            root = ET.parse(path).getroot()
+        except ET.ParseError as e:
+            self.fail("check JUnit", "malformed", str(e))
+            return
+        cases = root.findall(".//testcase")
+        if len(cases) != N_CHECKS:
+            self.fail("check JUnit", "testcases", f"expected {N_CHECKS} testcases, got {len(cases)}")
+
+    def judge_run(self, res):
+        doc, why = read_json(os.path.join(self.dir, "run.json"))
+        rc, extra = self.step_rc(res, "run")
+        stderr = clip(read_text(os.path.join(self.dir, "run.stderr")) or "")
+        if doc is None:
+            self.honoured = False
+            self.fail("run", f"exit {rc}{extra}", f"{why}; stderr: {stderr or '(empty)'}")
+            return
+        self.judge_env("run", doc.get("host") or {})
+        ok = True
+        runs = doc.get("runs") or []
+        variants = [r.get("variant") for r in runs]
+        if not runs or len(set(variants)) != len(variants):
+            ok = False
+            self.fail("run", "variants", f"expected one run per variant (run's default: all), got {variants}")
+        for run in runs:
+            v = run.get("variant")
+            rounds = run.get("rounds") or []
+            want_rounds = doc.get("rounds_per_variant")
+            if len(rounds) != want_rounds:
+                ok = False
+                self.fail(f"run {v}", "rounds", f"{len(rounds)} rounds of {want_rounds}")
+            if v in NO_COMMON_WRITE:
+                # No common write: nothing to honour unless a vCPU wrote (a
+                # compensation), and every write there must have been honoured.
+                wrote = [(r.get("round"), c.get("id"), c.get("write_honoured"))
+                         for r in rounds for c in (r.get("vcpus") or []) if c.get("wrote")]
+                if v == "xen-std" and wrote:
+                    ok = False
+                    self.fail(f"run {v}", "wrote", f"the std rendezvous writes nothing, yet: {wrote[:4]}")
+                bad = [w for w in wrote if w[2] is not True]
+                if bad or run.get("writes_honoured") not in (None, True) or (not wrote and run.get("writes_honoured") is not None):
+                    ok = False
+                    self.fail(f"run {v}", f"writes_honoured {json.dumps(run.get('writes_honoured'))}",
+                              f"expected null without writes, true with them; writes {wrote[:4]}")
+            elif run.get("writes_honoured") is not True:
+                ok = False
+                per_round = [r.get("writes_honoured") for r in rounds]
+                self.fail(f"run {v}", f"writes_honoured {json.dumps(run.get('writes_honoured'))}",
+                          f"expected true; per round {per_round}; notes {run.get('notes')}")
+            inexact = []
+            for r in rounds:
+                for c in r.get("vcpus") or []:
+                    if c.get("offset_delta") is None or c.get("offset_delta") != c.get("tsc_adjust_delta"):
+                        inexact.append((r.get("round"), c.get("id"), c.get("offset_delta"), c.get("tsc_adjust_delta")))
+            if inexact:
+                ok = False
+                shown = "; ".join(f"round {a} vCPU {b}: offset_delta {c} tsc_adjust_delta {d}" for a, b, c, d in inexact[:4])
+                self.fail(f"run {v}", "offset_delta != tsc_adjust_delta",
+                          f"{len(inexact)} vCPU-rounds differ, e.g. {shown}")
+            dis = [(r.get("round"), d) for r in rounds for d in (r.get("disagreements") or [])]
+            summ = run.get("summary") or {}
+            if dis or summ.get("rounds_with_disagreements"):
+                ok = False
+                self.fail(f"run {v}", "disagreements",
+                          f"{summ.get('rounds_with_disagreements')} rounds with disagreements, e.g. "
+                          f"{clip('; '.join(f'round {a}: {d}' for a, d in dis[:3]))} "
+                          f"(first: {summ.get('first_disagreements')})")
+        if rc != "0":
+            ok = False
+            self.fail("run exit code", f"exit {rc}{extra}", f"expected 0; stderr: {stderr or '(empty)'}")
+        self.honoured = ok
+
+    def judge_restore(self, res):
+        doc, why = read_json(os.path.join(self.dir, "restore.json"))
+        rc, extra = self.step_rc(res, "restore")
+        stderr = clip(read_text(os.path.join(self.dir, "restore.stderr")) or "")
+        if doc is None:
+            self.restore = "failed"
+            self.fail("restore", f"exit {rc}{extra}", f"{why}; stderr: {stderr or '(empty)'}")
+            return
+        if rc != "0":
+            self.fail("restore exit code", f"exit {rc}{extra}", f"expected 0; stderr: {stderr or '(empty)'}")
+        if doc.get("schema") != "tsc-rendezvous/restore/v1":
+            self.fail("restore", "schema", f"schema {doc.get('schema')!r}")
+        self.judge_env("restore", doc.get("host") or {})
+        methods = {m.get("method"): m for m in doc.get("methods") or []}
+        summary = []
+        for name in RESTORE_METHODS:
+            m = methods.get(name)
+            label = f"restore {name}"
+            if m is None:
+                self.fail(label, "missing", f"not in restore.json (methods: {sorted(methods)})")
+                continue
+            if name == "documented" and not self.has_offset_attr():
+                reason = m.get("not_run_reason") or ""
+                if m.get("ran") is not False or "KVM_VCPU_TSC_OFFSET" not in reason:
+                    self.fail(label, f"ran {m.get('ran')}", f"Linux {self.release} lacks KVM_VCPU_TSC_OFFSET: expected not run, naming it; reason {reason!r}")
+                summary.append(f"{name} not run")
+                continue
+            if m.get("ran") is not True or m.get("completed") is not True:
+                self.fail(label, f"ran {m.get('ran')} completed {m.get('completed')}",
+                          f"expected to run and complete; step {m.get('failed_step')}: {m.get('error')}")
+                continue
+            vcpus = m.get("vcpus") or []
+            pio = [c.get("pio") for c in vcpus]
+            if any(p != "completed" for p in pio):
+                self.fail(label, "pio", f"on VMX/SVM every pending port I/O is completed before the snapshot; got {pio}")
+            before, after = m.get("skew_before_cycles"), m.get("skew_after_cycles")
+            if name == "documented":
+                fates = [c.get("offset_fate") for c in vcpus]
+                if before is None or after != before or any(f != "as-written" for f in fates):
+                    self.fail(label, f"skew {before} -> {after}", f"expected every relative offset kept bit-exact, every offset as written; fates {fates}")
+                summary.append(f"{name} kept {before}")
+            else:
+                rel = [c.get("relative_offset_after") for c in vcpus]
+                if any(r != 0 for r in rel):
+                    self.fail(label, f"relative offsets {rel}", "KVM's one-second matching snaps host IA32_TSC writes to one offset: expected all 0")
+                summary.append(f"{name} {before}->{after}")
+        self.restore = "; ".join(summary)
+
+    def judge_tests(self, res):
+        names = (res.get("tests") or "").split()
+        if not names:
+            self.fail("tests", "none", "no integration test binary ran")
+        for name in names:
+            rc, extra = self.step_rc(res, f"test_{name}")
+            log = read_text(os.path.join(self.dir, f"test-{name}.log"))
+            label = f"test {name}"
+            if log is None:
+                self.tests.append((name, False))
+                self.fail(label, f"exit {rc}{extra}", f"test-{name}.log did not come back")
+                continue
+            summary = re.findall(r"^test result: (\w+)\. (\d+) passed; (\d+) failed;.*$", log, re.M)
+            failed_names = re.findall(r"^test (\S+) \.\.\. FAILED", log, re.M)
+            ok = (
+                rc == "0"
+                and bool(summary)
+                and all(s[0] == "ok" and s[2] == "0" for s in summary)
+                and sum(int(s[1]) for s in summary) > 0
+                and "test result: ok" in log
+            )
+            self.tests.append((name, ok))
+            if not ok:
+                if summary:
+                    what = "; ".join(f"{s[0]}. {s[1]} passed; {s[2]} failed" for s in summary)
+                else:
+                    what = "no 'test result:' line"
+                panics = re.findall(r"^thread '.*' panicked at .*\n.*$", log, re.M)
+                self.fail(label, f"exit {rc}{extra}",
+                          f"expected 'test result: ok' with 0 failed and some passed; got {what}; "
+                          f"failed: {failed_names or '-'}; {clip(' | '.join(panics[:3]), 600) if panics else 'log: ' + clip(log[-400:])}")
+
+    # ------------------------------------------------------------------ report
+    def row(self):
+        cells = [self.suite, self.release]
+        for n in range(1, N_CHECKS + 1):
+            cells.append(SHORT.get(self.verdicts.get(n), self.verdicts.get(n) or "-"))
+        cells.append({True: "yes", False: "no", None: "-"}[self.honoured])
+        if self.tests:
+            good = sum(1 for _, ok in self.tests if ok)
+            cells.append(f"{good}/{len(self.tests)}")
+        else:
+            cells.append("-")
+        cells.append(self.restore or "-")
+        cells.append(self.seconds or "-")
+        cells.append(", ".join(self.extra) or "-")
+        cells.append("ok" if not self.failures else f"FAILED ({len(self.failures)})")
+        return cells
+
+
+def table(rows):
+    head = ["kernel", "release"] + [str(n) for n in range(1, N_CHECKS + 1)] + [
+        "run honoured", "tests ok", "restore (skew cycles)", "seconds", "other checks", "result"]
+    widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv):
+    if len(argv) < 3 or argv[1] in ("-h", "--help"):
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    root, suites = argv[1], argv[2:]
+    kernels = []
+    for s in suites:
+        k = Kernel(root, s)
+        k.judge()
+        kernels.append(k)
+    failures = [f for k in kernels for f in k.failures]
+    for k in kernels:
+        for n in k.notes:
+            print(n)
+    for f in failures:
+        print(f)
+    print()
+    print("checks: " + ", ".join(f"{n} {c}" for n, c in enumerate(CHECK_IDS, 1)))
+    print(table([k.row() for k in kernels]))
+    try:
+        with open(os.path.join(root, "failures.txt"), "w") as f:
+            f.write("".join(x + "\n" for x in failures))
+        with open(os.path.join(root, "summary.json"), "w") as f:
+            json.dump(
+                [
+                    {
+                        "suite": k.suite,
+                        "release": k.release,
+                        "verdicts": {CHECK_IDS[n - 1]: k.verdicts.get(n) for n in range(1, N_CHECKS + 1)},
+                        "restore": k.restore,
+                        "other_checks": k.extra,
+                        "run_honoured": k.honoured,
+                        "tests": dict(k.tests),
+                        "boot_seconds": k.seconds,
+                        "qemu_seconds": k.qemu_seconds,
+                        "failures": k.failures,
+                        "notes": k.notes,
+                    }
+                    for k in kernels
+                ],
+                f,
+                indent=2,
+            )
+            f.write("\n")
+    except OSError as e:
+        print(f"warning: could not write the summary files: {e}", file=sys.stderr)
+    if failures:
+        print(f"\n{len(failures)} expectation(s) failed on {sum(1 for k in kernels if k.failures)} of {len(kernels)} kernel(s)")
+        return 1
+    print(f"\nevery expectation held on all {len(kernels)} kernel(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
