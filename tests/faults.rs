@@ -707,3 +707,47 @@ fn an_unwritable_output_file_is_a_usage_error() {
         "{err}"
     );
 }
+
+/// "The watchdog joins every thread within 5 s", measured on the join
+/// itself: the pool logs how long stopping and joining its vCPU threads
+/// took, here after the watchdog stopped a vCPU spinning in the guest.
+#[test]
+fn the_watchdog_joins_every_vcpu_thread_within_the_grace_period() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let timeout = Duration::from_secs(2);
+    let child = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+        .args([
+            "run",
+            "--vcpus",
+            "2",
+            "--variant",
+            "xen-head",
+            "--rounds",
+            "3",
+            "--inject",
+            "stall,vcpu=1,round=1",
+            "--timeout",
+            "2",
+        ])
+        .env("RUST_LOG", "tsc_vmm::pool=info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let out = wait_bounded(child, hang_bound(timeout), "a stalled run");
+    assert_eq!(out.status.code(), Some(1), "the watchdog ends it with exit 1");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let joins: Vec<u128> = stderr
+        .lines()
+        .filter_map(|l| l.split("stopped and joined 2 vCPU threads in ").nth(1))
+        .filter_map(|rest| rest.strip_suffix(" us"))
+        .filter_map(|us| us.trim().parse().ok())
+        .collect();
+    assert_eq!(joins.len(), 1, "one pool, joined once: {stderr}");
+    let grace = tsc_vmm::pool::JOIN_GRACE.as_micros();
+    assert!(joins[0] <= grace, "joined in {} us > {grace} us: {stderr}", joins[0]);
+    assert!(!stderr.contains("abandoning"), "{stderr}");
+}
