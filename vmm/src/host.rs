@@ -120,15 +120,11 @@ pub fn clocksource() -> Option<String> {
 }
 
 /// Facts about the host, as reported.
-///
-/// In JSON, `offset_source` is `host_thread` for the host backend (the exact
-/// per-thread offsets); the [`HostInfo::offset_source`] field itself, which
-/// only the KVM backend fills, is then [`OffsetSource::None`].
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(into = "HostInfoJson", from = "HostInfoJson")]
 pub struct HostInfo {
     /// Where the algorithms ran. Missing in documents written before the
     /// host backend existed: KVM.
+    #[serde(default)]
     pub backend: Backend,
     /// See [`KvmFlavor`]. Not meaningful for the host backend (no KVM is
     /// used): [`KvmFlavor::Unknown`] there.
@@ -148,15 +144,20 @@ pub struct HostInfo {
     pub clocksource: Option<String>,
     /// Whether the vCPU attribute KVM_VCPU_TSC_OFFSET is available (Linux >= 5.16).
     pub tsc_offset_attr: bool,
-    /// Where the exact per-vCPU TSC offsets came from (KVM backend).
+    /// Where the exact per-vCPU TSC offsets came from (the host backend's
+    /// are its threads' own: [`OffsetSource::HostThread`]). Missing in early
+    /// documents: none.
+    #[serde(default = "OffsetSource::none")]
     pub offset_source: OffsetSource,
     /// Whether the guest sees IA32_TSC_ADJUST in its CPUID (the host
     /// backend simulates one per thread: true).
     pub guest_tsc_adjust: bool,
     /// The host backend's threads; `None` for KVM.
+    #[serde(default)]
     pub host_threads: Option<HostThreads>,
     /// The windows Linux's sync ran with (every run has them; they matter
     /// for `linux-tsc-sync`). Not read back from JSON.
+    #[serde(default, skip_deserializing)]
     pub sync_windows: Option<Windows>,
 }
 
@@ -216,94 +217,6 @@ pub fn windows_line(w: &Windows) -> String {
     )
 }
 
-/// Where the exact offsets came from, as JSON names it: the KVM sources and
-/// the host backend's own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum OffsetOrigin {
-    KvmVcpuTscOffset,
-    Debugfs,
-    None,
-    HostThread,
-}
-
-/// [`HostInfo`] as JSON has it (see there).
-#[derive(Serialize, Deserialize)]
-struct HostInfoJson {
-    #[serde(default)]
-    backend: Backend,
-    kvm_flavor: KvmFlavor,
-    kernel_release: String,
-    kernel_version: Option<(u32, u32)>,
-    tsc_khz: Option<u32>,
-    cpu_model: Option<String>,
-    cpu_tsc_flags: Vec<String>,
-    clocksource: Option<String>,
-    tsc_offset_attr: bool,
-    #[serde(default = "no_offset_origin")]
-    offset_source: OffsetOrigin,
-    guest_tsc_adjust: bool,
-    #[serde(default)]
-    host_threads: Option<HostThreads>,
-    #[serde(default, skip_deserializing)]
-    sync_windows: Option<Windows>,
-}
-
-fn no_offset_origin() -> OffsetOrigin {
-    OffsetOrigin::None
-}
-
-impl From<HostInfo> for HostInfoJson {
-    fn from(h: HostInfo) -> HostInfoJson {
-        let offset_source = match (h.backend, h.offset_source) {
-            (Backend::Host, _) => OffsetOrigin::HostThread,
-            (Backend::Kvm, OffsetSource::KvmVcpuTscOffset) => OffsetOrigin::KvmVcpuTscOffset,
-            (Backend::Kvm, OffsetSource::Debugfs) => OffsetOrigin::Debugfs,
-            (Backend::Kvm, OffsetSource::None) => OffsetOrigin::None,
-        };
-        HostInfoJson {
-            backend: h.backend,
-            kvm_flavor: h.kvm_flavor,
-            kernel_release: h.kernel_release,
-            kernel_version: h.kernel_version,
-            tsc_khz: h.tsc_khz,
-            cpu_model: h.cpu_model,
-            cpu_tsc_flags: h.cpu_tsc_flags,
-            clocksource: h.clocksource,
-            tsc_offset_attr: h.tsc_offset_attr,
-            offset_source,
-            guest_tsc_adjust: h.guest_tsc_adjust,
-            host_threads: h.host_threads,
-            sync_windows: h.sync_windows,
-        }
-    }
-}
-
-impl From<HostInfoJson> for HostInfo {
-    fn from(j: HostInfoJson) -> HostInfo {
-        let offset_source = match j.offset_source {
-            OffsetOrigin::KvmVcpuTscOffset => OffsetSource::KvmVcpuTscOffset,
-            OffsetOrigin::Debugfs => OffsetSource::Debugfs,
-            OffsetOrigin::None | OffsetOrigin::HostThread => OffsetSource::None,
-        };
-        HostInfo {
-            backend: j.backend,
-            kvm_flavor: j.kvm_flavor,
-            kernel_release: j.kernel_release,
-            kernel_version: j.kernel_version,
-            tsc_khz: j.tsc_khz,
-            cpu_model: j.cpu_model,
-            cpu_tsc_flags: j.cpu_tsc_flags,
-            clocksource: j.clocksource,
-            tsc_offset_attr: j.tsc_offset_attr,
-            offset_source,
-            guest_tsc_adjust: j.guest_tsc_adjust,
-            host_threads: j.host_threads,
-            sync_windows: j.sync_windows,
-        }
-    }
-}
-
 /// What a VM says about the host: the guest TSC frequency, whether KVM has the
 /// offset attribute, where the exact offsets come from and whether the guest
 /// sees IA32_TSC_ADJUST.
@@ -355,7 +268,7 @@ impl HostInfo {
             cpu_tsc_flags: tsc_flags(),
             clocksource: clocksource(),
             tsc_offset_attr: false,
-            offset_source: OffsetSource::None,
+            offset_source: OffsetSource::HostThread,
             guest_tsc_adjust: true,
             host_threads: Some(threads),
             sync_windows: None,
@@ -450,7 +363,7 @@ mod tests {
     fn the_host_backend_says_its_offsets_are_per_thread() {
         let h = HostInfo {
             backend: Backend::Host,
-            offset_source: OffsetSource::None,
+            offset_source: OffsetSource::HostThread,
             host_threads: Some(HostThreads {
                 threads: 2,
                 host_cpus: vec![0, 1],

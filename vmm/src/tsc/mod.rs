@@ -151,6 +151,9 @@ pub enum OffsetSource {
     Debugfs,
     /// Neither: no exact offsets; the bracketed reads are the only estimate.
     None,
+    /// The host backend: each thread's own offset, exact by construction
+    /// (no KVM involved).
+    HostThread,
 }
 
 impl OffsetSource {
@@ -162,6 +165,7 @@ impl OffsetSource {
             OffsetSource::None => {
                 "none: no KVM_VCPU_TSC_OFFSET (Linux < 5.16) and no readable KVM debugfs"
             }
+            OffsetSource::HostThread => "the host threads' own offsets (exact, no KVM)",
         }
     }
 
@@ -171,7 +175,13 @@ impl OffsetSource {
             OffsetSource::KvmVcpuTscOffset => "KVM_VCPU_TSC_OFFSET",
             OffsetSource::Debugfs => "KVM debugfs",
             OffsetSource::None => "no exact offsets",
+            OffsetSource::HostThread => "per-thread offsets",
         }
+    }
+
+    /// No exact source (the default of documents that do not say).
+    pub fn none() -> OffsetSource {
+        OffsetSource::None
     }
 
     /// Whether the offsets it gives are exact.
