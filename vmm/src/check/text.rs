@@ -59,7 +59,7 @@ pub fn render_text(r: &CheckReport) -> String {
     for c in &r.checks {
         let _ = writeln!(
             out,
-            "  {} {}. {:<22} {}",
+            "  {:<9} {}. {:<22} {}",
             c.verdict.label(),
             c.number,
             c.id,
