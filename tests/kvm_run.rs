@@ -468,9 +468,20 @@ fn a_vm_created_off_the_main_thread_finds_its_debugfs_offsets() {
     use tsc_vmm::vstate::vm::{open_kvm, Vm};
     let found = std::thread::spawn(|| {
         let kvm = open_kvm().expect("KVM");
-        let vm = Vm::new(kvm, 2, 1, Variant::XenHead, 0, tsc_vmm::guest_image::EMBEDDED)
-            .expect("a VM");
-        assert_ne!(vm.creator_tid, std::process::id(), "created off the main thread");
+        let vm = Vm::new(
+            kvm,
+            2,
+            1,
+            Variant::XenHead,
+            0,
+            tsc_vmm::guest_image::EMBEDDED,
+        )
+        .expect("a VM");
+        assert_ne!(
+            vm.creator_tid,
+            std::process::id(),
+            "created off the main thread"
+        );
         let root = debugfs::mounted().expect("debugfs is mounted");
         let dir = debugfs::vm_dir(&root, vm.creator_tid, vm.fd.as_raw_fd());
         let mut offsets = Vec::new();
@@ -480,7 +491,10 @@ fn a_vm_created_off_the_main_thread_finds_its_debugfs_offsets() {
             let from_debugfs = file.read().expect("readable");
             if tsc::has_offset_attr(fd) {
                 let attr = tsc::get_offset(fd).expect("the attribute");
-                assert_eq!(from_debugfs, attr, "vCPU {i}: debugfs and the attribute agree");
+                assert_eq!(
+                    from_debugfs, attr,
+                    "vCPU {i}: debugfs and the attribute agree"
+                );
             }
             offsets.push(from_debugfs);
         }

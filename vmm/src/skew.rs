@@ -145,7 +145,11 @@ mod tests {
         let ignored = vec![state(Some(0)); 3];
         assert!(matches!(
             verify(&ignored, 100),
-            Err(SkewError::NotApplied { vcpu: 1, asked: 50, got: 0 })
+            Err(SkewError::NotApplied {
+                vcpu: 1,
+                asked: 50,
+                got: 0
+            })
         ));
         // Without exact offsets nothing can be verified.
         assert!(matches!(

@@ -124,8 +124,8 @@ fn wait(delay: Duration) -> Result<(), RestoreError> {
 
 /// Every vCPU's offset now, from wherever this kernel shows it.
 fn offsets_now(vm: &Vm) -> Vec<Option<u64>> {
-    let dir = debugfs::mounted()
-        .map(|root| debugfs::vm_dir(&root, vm.creator_tid, vm.fd.as_raw_fd()));
+    let dir =
+        debugfs::mounted().map(|root| debugfs::vm_dir(&root, vm.creator_tid, vm.fd.as_raw_fd()));
     let readers = OffsetReader::choose(&vm.vcpus, dir.as_deref());
     readers
         .iter()
