@@ -621,6 +621,15 @@ fn interrupt(signal: i32, stream: &Path, json: bool) -> Output {
         args.push("--json");
     }
     let mut child = spawn(&args);
+    // `--json` is streamed as the rounds complete: read it as it comes, so
+    // that a full pipe never holds the run up.
+    let reader = child.stdout.take().map(|mut out| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut out, &mut v);
+            v
+        })
+    });
     let started = Instant::now();
     while std::fs::read_to_string(stream)
         .map(|t| t.lines().count())
@@ -641,7 +650,11 @@ fn interrupt(signal: i32, stream: &Path, json: bool) -> Output {
     assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
     // A stop is the watchdog's: the vCPUs are stopped and joined within the
     // grace; no deadline of the run itself is involved.
-    wait_bounded(child, hang_bound(Duration::ZERO), "interrupted run")
+    let mut out = wait_bounded(child, hang_bound(Duration::ZERO), "interrupted run");
+    if let Some(r) = reader {
+        out.stdout = r.join().unwrap_or_default();
+    }
+    out
 }
 
 #[test]
@@ -738,7 +751,11 @@ fn the_watchdog_joins_every_vcpu_thread_within_the_grace_period() {
         .spawn()
         .expect("the binary starts");
     let out = wait_bounded(child, hang_bound(timeout), "a stalled run");
-    assert_eq!(out.status.code(), Some(1), "the watchdog ends it with exit 1");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the watchdog ends it with exit 1"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     let joins: Vec<u128> = stderr
         .lines()
@@ -748,6 +765,10 @@ fn the_watchdog_joins_every_vcpu_thread_within_the_grace_period() {
         .collect();
     assert_eq!(joins.len(), 1, "one pool, joined once: {stderr}");
     let grace = tsc_vmm::pool::JOIN_GRACE.as_micros();
-    assert!(joins[0] <= grace, "joined in {} us > {grace} us: {stderr}", joins[0]);
+    assert!(
+        joins[0] <= grace,
+        "joined in {} us > {grace} us: {stderr}",
+        joins[0]
+    );
     assert!(!stderr.contains("abandoning"), "{stderr}");
 }

@@ -1,9 +1,17 @@
 //! A distribution of per-round values (cycles) whose memory does not grow
 //! with the rounds: the values themselves while there are few (up to
 //! [`EXACT_LIMIT`] by default), then a high-dynamic-range histogram with
-//! [`SIGNIFICANT_DIGITS`] significant digits. The count, mean, standard
-//! deviation, minimum and maximum stay exact either way; quantiles are exact
-//! while the values are kept and within the stated precision after.
+//! [`SIGNIFICANT_DIGITS`] significant digits (values rounded to whole
+//! cycles). The count, mean, standard deviation, minimum and maximum stay
+//! exact either way (the mean and standard deviation to floating-point
+//! rounding); quantiles are exact while the values are kept and within the
+//! stated precision after.
+//!
+//! The limit is small on purpose: a histogram of cycle counts up to 10^9
+//! takes about 180 KB whatever the count, while kept values take 8 bytes
+//! each, so a limit of a million would let a soak's memory grow to 8 MB per
+//! metric and variant before it stops growing. At [`EXACT_LIMIT`] the kept
+//! values take about as much as the histogram that replaces them.
 //!
 //! Inference works on both forms: Mann-Whitney U (tie-corrected) from the
 //! histograms' bins, and the bootstrap of a median shift from each
@@ -15,11 +23,11 @@ use hdrhistogram::Histogram;
 use crate::inference::{
     bootstrap_median_shift, mann_whitney, normal_upper_tail, MannWhitney, MedianShift, PMethod, Rng,
 };
-use crate::stats::{percentile_sorted, Summary};
+use crate::stats::{percentile_sorted, summarize, Summary};
 
 /// How many values a distribution keeps exactly before it turns into a
-/// histogram.
-pub const EXACT_LIMIT: usize = 1_000_000;
+/// histogram (see the module documentation for why so few).
+pub const EXACT_LIMIT: usize = 10_000;
 
 /// The histogram's precision: values are kept to this many significant
 /// decimal digits (a relative error below 10^-3).
@@ -52,23 +60,6 @@ impl Signed {
         }
     }
 
-    fn len(&self) -> u64 {
-        self.pos.len() + self.neg.len()
-    }
-
-    /// The value of rank `k` (0-based, ascending) as the histogram knows it
-    /// (the middle of its bin).
-    fn at_rank(&self, k: u64) -> f64 {
-        let n_neg = self.neg.len();
-        if k < n_neg {
-            // The (n_neg - 1 - k)-th smallest magnitude, negated.
-            let j = n_neg - 1 - k;
-            -(quantile_rank(&self.neg, j) as f64)
-        } else {
-            quantile_rank(&self.pos, k - n_neg) as f64
-        }
-    }
-
     /// Every bin in ascending value order: (value, count).
     fn bins(&self) -> Vec<(f64, u64)> {
         let mut out: Vec<(f64, u64)> = self
@@ -92,16 +83,67 @@ impl Signed {
     }
 }
 
-/// The value of 0-based rank `k` in `h`: the middle of the bin holding it.
-fn quantile_rank(h: &Histogram<u64>, k: u64) -> u64 {
-    let mut seen = 0u64;
-    for v in h.iter_recorded() {
-        seen += v.count_at_value();
-        if seen > k {
-            return h.median_equivalent(v.value_iterated_to());
+/// A histogram's bins in ascending value order with their cumulative
+/// counts: its quantile function, built once for many look-ups.
+struct Ranked {
+    /// (value, count of values up to and including this bin).
+    bins: Vec<(f64, u64)>,
+}
+
+impl Ranked {
+    fn of(bins: Vec<(f64, u64)>) -> Ranked {
+        let mut seen = 0u64;
+        let bins = bins
+            .into_iter()
+            .map(|(v, c)| {
+                seen = seen.saturating_add(c);
+                (v, seen)
+            })
+            .collect();
+        Ranked { bins }
+    }
+
+    fn len(&self) -> u64 {
+        self.bins.last().map_or(0, |b| b.1)
+    }
+
+    /// The value of 0-based rank `k` (ascending): the middle of the bin
+    /// holding it.
+    fn at_rank(&self, k: u64) -> f64 {
+        let i = self.bins.partition_point(|&(_, c)| c <= k);
+        self.bins
+            .get(i)
+            .or(self.bins.last())
+            .map_or(f64::NAN, |b| b.0)
+    }
+
+    /// The `p`-th percentile (0..=100): type 7 over the ranks, each rank's
+    /// value the middle of its bin.
+    fn percentile(&self, p: f64) -> f64 {
+        let n = self.len();
+        if n == 0 {
+            return f64::NAN;
+        }
+        let rank = (p.clamp(0.0, 100.0) / 100.0) * (n - 1) as f64;
+        let (lo, hi) = (rank.floor() as u64, rank.ceil() as u64);
+        let (a, b) = (self.at_rank(lo), self.at_rank(hi));
+        a + (b - a) * (rank - lo as f64)
+    }
+}
+
+/// A distribution's quantile function: its sorted values or its ranked bins.
+enum Quantiles {
+    Sorted(Vec<f64>),
+    Ranked(Ranked),
+}
+
+impl Quantiles {
+    fn percentile(&self, p: f64) -> f64 {
+        match self {
+            Quantiles::Sorted(v) => percentile_sorted(v, p),
+            Quantiles::Ranked(r) => r.percentile(p),
         }
     }
-    h.max()
 }
 
 /// Values of one metric, bounded in memory.
@@ -187,61 +229,69 @@ impl Distribution {
         self.hist.is_none().then_some(self.exact.as_slice())
     }
 
+    /// The smallest value (exact), `None` when empty.
+    pub fn min(&self) -> Option<f64> {
+        (self.n > 0).then_some(self.min)
+    }
+
+    /// The largest value (exact), `None` when empty.
+    pub fn max(&self) -> Option<f64> {
+        (self.n > 0).then_some(self.max)
+    }
+
+    /// The kept values, sorted (`None` once they are a histogram).
+    fn sorted_exact(&self) -> Option<Vec<f64>> {
+        self.exact_values().map(|v| {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            v
+        })
+    }
+
+    /// The histogram's quantile function (`None` while the values are kept).
+    fn ranked(&self) -> Option<Ranked> {
+        self.hist.as_ref().map(|h| Ranked::of(h.bins()))
+    }
+
+    /// The quantile function, built once for many look-ups.
+    fn quantiles(&self) -> Quantiles {
+        match (self.sorted_exact(), self.ranked()) {
+            (Some(v), _) => Quantiles::Sorted(v),
+            (None, Some(r)) => Quantiles::Ranked(r),
+            (None, None) => Quantiles::Sorted(Vec::new()),
+        }
+    }
+
     /// The `p`-th percentile (0..=100): linear interpolation between closest
-    /// ranks (R's type 7) on exact values; the value at that rank, within the
-    /// precision, on a histogram.
+    /// ranks (R's type 7) on exact values; the same on a histogram's ranks,
+    /// each rank's value the middle of its bin (within the precision).
     pub fn percentile(&self, p: f64) -> f64 {
-        match &self.hist {
-            None => {
-                let mut v = self.exact.clone();
-                v.sort_by(f64::total_cmp);
-                percentile_sorted(&v, p)
-            }
-            Some(h) => {
-                let n = h.len();
-                if n == 0 {
-                    return f64::NAN;
-                }
-                let rank = (p.clamp(0.0, 100.0) / 100.0) * (n - 1) as f64;
-                let (lo, hi) = (rank.floor() as u64, rank.ceil() as u64);
-                let (a, b) = (h.at_rank(lo), h.at_rank(hi));
-                a + (b - a) * (rank - lo as f64)
-            }
+        match (self.sorted_exact(), self.ranked()) {
+            (Some(v), _) => percentile_sorted(&v, p),
+            (None, Some(r)) => r.percentile(p),
+            (None, None) => f64::NAN,
         }
     }
 
     /// The summary: exact count, mean, standard deviation, minimum and
-    /// maximum; quantiles as [`Distribution::percentile`]. `None` when empty.
+    /// maximum; quantiles as [`Distribution::percentile`]. While the values
+    /// are kept it is exactly [`summarize`] of them. `None` when empty.
     pub fn summary(&self) -> Option<Summary> {
         if self.n == 0 {
             return None;
         }
-        let (median, p10, p90, p99) = match &self.hist {
-            None => {
-                let mut v = self.exact.clone();
-                v.sort_by(f64::total_cmp);
-                (
-                    percentile_sorted(&v, 50.0),
-                    percentile_sorted(&v, 10.0),
-                    percentile_sorted(&v, 90.0),
-                    percentile_sorted(&v, 99.0),
-                )
-            }
-            Some(_) => (
-                self.percentile(50.0),
-                self.percentile(10.0),
-                self.percentile(90.0),
-                self.percentile(99.0),
-            ),
-        };
+        if let Some(v) = self.exact_values() {
+            return summarize(v.iter().copied());
+        }
+        let r = self.ranked()?;
         Some(Summary {
             n: self.n as usize,
             min: self.min,
-            median,
+            median: r.percentile(50.0),
             mean: self.mean,
-            p10,
-            p90,
-            p99,
+            p10: r.percentile(10.0),
+            p90: r.percentile(90.0),
+            p99: r.percentile(99.0),
             max: self.max,
             std_dev: if self.n > 1 {
                 (self.m2 / (self.n - 1) as f64).max(0.0).sqrt()
@@ -257,21 +307,49 @@ impl Distribution {
         if self.n == 0 || points == 0 {
             return Vec::new();
         }
-        let sorted = self.exact_values().map(|v| {
-            let mut v = v.to_vec();
-            v.sort_by(f64::total_cmp);
-            v
-        });
+        let sorted = self.sorted_exact();
+        let ranked = self.ranked();
         (0..=points)
             .map(|i| {
                 let q = i as f64 / points as f64;
-                let x = match &sorted {
-                    Some(v) => percentile_sorted(v, q * 100.0),
-                    None => self.percentile(q * 100.0),
+                let x = match (&sorted, &ranked) {
+                    (Some(v), _) => percentile_sorted(v, q * 100.0),
+                    (None, Some(r)) => r.percentile(q * 100.0),
+                    (None, None) => f64::NAN,
                 };
                 (x, q)
             })
             .collect()
+    }
+
+    /// The empirical CDF as steps: every distinct value (kept values) or bin
+    /// (histogram), ascending, with the fraction of values at or below it.
+    /// At most [`EXACT_LIMIT`] points or the histogram's bins, whatever the
+    /// count.
+    pub fn ecdf(&self) -> Vec<(f64, f64)> {
+        let bins = self.bins();
+        let n = self.n.max(1) as f64;
+        let mut seen = 0u64;
+        bins.into_iter()
+            .map(|(v, c)| {
+                seen += c;
+                (v, seen as f64 / n)
+            })
+            .collect()
+    }
+
+    /// How many values lie above `x` (exact while the values are kept; by
+    /// bin, within the precision, after).
+    pub fn count_above(&self, x: f64) -> u64 {
+        match self.exact_values() {
+            Some(v) => v.iter().filter(|&&y| y > x).count() as u64,
+            None => self
+                .bins()
+                .into_iter()
+                .filter(|&(v, _)| v > x)
+                .map(|(_, c)| c)
+                .sum(),
+        }
     }
 
     /// Every value (exact) or bin (value, count), ascending.
@@ -279,10 +357,8 @@ impl Distribution {
         match &self.hist {
             Some(h) => h.bins(),
             None => {
-                let mut v = self.exact.clone();
-                v.sort_by(f64::total_cmp);
                 let mut out: Vec<(f64, u64)> = Vec::new();
-                for x in v {
+                for x in self.sorted_exact().unwrap_or_default() {
                     match out.last_mut() {
                         Some((y, c)) if *y == x => *c += 1,
                         _ => out.push((x, 1)),
@@ -368,10 +444,10 @@ fn normal(rng: &mut Rng) -> f64 {
 /// replacement is the value at rank R, and R/n is approximately
 /// normal(1/2, 1/(4n)); so a replicate is the percentile at that perturbed
 /// probability.
-fn replicate_median(d: &Distribution, rng: &mut Rng) -> f64 {
-    let n = d.len().max(1) as f64;
-    let q = (0.5 + normal(rng) * (0.25 / n).sqrt()).clamp(0.0, 1.0);
-    d.percentile(q * 100.0)
+fn replicate_median(q: &Quantiles, n: u64, rng: &mut Rng) -> f64 {
+    let n = n.max(1) as f64;
+    let at = (0.5 + normal(rng) * (0.25 / n).sqrt()).clamp(0.0, 1.0);
+    q.percentile(at * 100.0)
 }
 
 /// Percentile-bootstrap 95 % intervals of `median(b) - median(a)` and of the
@@ -390,12 +466,14 @@ pub fn median_shift_of(
     if a.is_empty() || b.is_empty() {
         return None;
     }
-    let (median_a, median_b) = (a.percentile(50.0), b.percentile(50.0));
+    let (qa, qb) = (a.quantiles(), b.quantiles());
+    let (median_a, median_b) = (qa.percentile(50.0), qb.percentile(50.0));
     let mut rng = Rng::new(seed);
     let mut diffs = Vec::with_capacity(iterations as usize);
     let mut rels = Vec::with_capacity(iterations as usize);
     for _ in 0..iterations {
-        let (ma, mb) = (replicate_median(a, &mut rng), replicate_median(b, &mut rng));
+        let ma = replicate_median(&qa, a.len(), &mut rng);
+        let mb = replicate_median(&qb, b.len(), &mut rng);
         diffs.push(mb - ma);
         rels.push((mb - ma) / ma);
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tsc_contract::{layout, Inject, Variant};
 use tsc_sync::ITERATIONS;
 
-use crate::options::{Backend, Injection};
+use crate::options::{Backend, Injection, MAX_DURATION, MAX_ROUNDS};
 
 /// `--variants`: two or more distinct variants.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,15 +111,101 @@ pub fn parse_vcpus(s: &str) -> Result<u32, String> {
     Ok(n)
 }
 
-/// `--rounds`: at least one.
+/// `--rounds`: at least one, at most what the 32-bit round counter holds
+/// ([`MAX_ROUNDS`]).
 pub fn parse_rounds(s: &str) -> Result<u32, String> {
-    let n: u32 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a whole number"))?;
-    if n == 0 {
+    let t = s.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("'{s}' is not a whole number"));
+    }
+    let n = t.trim_start_matches('0');
+    if n.is_empty() {
         return Err("at least one round is needed; use --rounds 1 or more".into());
     }
-    Ok(n)
+    // MAX_ROUNDS is u32::MAX: what parses as a u32 fits.
+    match n.parse::<u32>() {
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "{n} rounds is more than the 32-bit round counter holds; use at most {MAX_ROUNDS}"
+        )),
+    }
+}
+
+/// `--duration DUR`: a length of time as numbers with units, e.g. `30s`,
+/// `90m`, `8h`, `1h30m`, `1.5d`, `500ms` (units: ms, s, m, h, d and their
+/// long forms; parts add up). More than 0 and at most [`MAX_DURATION`].
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let example = "give a number with a unit, e.g. 30s, 90m, 8h or 1h30m";
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err(format!("an empty duration; {example}"));
+    }
+    let mut total = 0.0f64;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(num_len);
+        let value: f64 = num
+            .parse()
+            .map_err(|_| format!("'{s}' is not a duration; {example}"))?;
+        let tail = tail.trim_start();
+        let unit_len = tail
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let seconds = match unit {
+            "ms" | "msec" | "millis" => 1e-3,
+            "s" | "sec" | "secs" | "second" | "seconds" => 1.0,
+            "m" | "min" | "mins" | "minute" | "minutes" => 60.0,
+            "h" | "hr" | "hrs" | "hour" | "hours" => 3600.0,
+            "d" | "day" | "days" => 86_400.0,
+            "" => return Err(format!("'{num}' has no unit; {example}")),
+            other => {
+                return Err(format!(
+                    "unknown unit '{other}' in '{s}'; use ms, s, m, h or d, e.g. 30s, 90m, 8h"
+                ))
+            }
+        };
+        total += value * seconds;
+        rest = tail.trim_start();
+    }
+    let max_days = MAX_DURATION.as_secs() / 86_400;
+    if !total.is_finite() || total > MAX_DURATION.as_secs_f64() {
+        return Err(format!(
+            "'{s}' is longer than the longest soak, {max_days} days (the round counters are \
+             32-bit); use at most {max_days}d"
+        ));
+    }
+    let d = Duration::from_secs_f64(total);
+    if d < Duration::from_millis(1) {
+        return Err(format!(
+            "a duration of '{s}' runs nothing; use at least 1ms, e.g. 30s"
+        ));
+    }
+    Ok(d)
+}
+
+/// The longest `--summary-every` accepted, minutes (the longest soak).
+pub const MAX_SUMMARY_MINUTES: f64 = 43_200.0;
+
+/// `--summary-every MINUTES`: a positive number of minutes (fractions
+/// allowed, e.g. 0.5), at most [`MAX_SUMMARY_MINUTES`].
+pub fn parse_summary_every(s: &str) -> Result<Duration, String> {
+    let m: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of minutes"))?;
+    if !(m > 0.0 && m <= MAX_SUMMARY_MINUTES) {
+        return Err(format!(
+            "the summary interval must be more than 0 and at most {MAX_SUMMARY_MINUTES} minutes"
+        ));
+    }
+    let d = Duration::from_secs_f64(m * 60.0);
+    if d < Duration::from_millis(100) {
+        return Err("the summary interval must be at least 0.1 s (0.002 minutes)".into());
+    }
+    Ok(d)
 }
 
 /// The valid fault kinds, comma-separated.
@@ -240,6 +326,65 @@ mod tests {
         assert_eq!(parse_backend("host"), Ok(Backend::Host));
         let e = parse_backend("xen").expect_err("unknown");
         assert!(e.contains("valid: kvm, host"), "{e}");
+    }
+
+    #[test]
+    fn durations_parse_with_their_units_and_add_up() {
+        let secs = |s: &str| parse_duration(s).map(|d| d.as_secs_f64());
+        assert_eq!(secs("30s"), Ok(30.0));
+        assert_eq!(secs("90m"), Ok(5_400.0));
+        assert_eq!(secs("8h"), Ok(28_800.0));
+        assert_eq!(secs("1h30m"), Ok(5_400.0));
+        assert_eq!(secs("1h 30m 15s"), Ok(5_415.0));
+        assert_eq!(secs("1.5d"), Ok(129_600.0));
+        assert_eq!(secs("2 minutes"), Ok(120.0));
+        assert_eq!(secs("250ms"), Ok(0.25));
+        assert_eq!(secs("30d"), Ok(2_592_000.0));
+    }
+
+    #[test]
+    fn durations_that_cannot_be_honoured_say_why() {
+        for (bad, words) in [
+            ("0s", "runs nothing"),
+            ("0", "no unit"),
+            ("", "empty"),
+            ("45", "no unit"),
+            ("8x", "unknown unit 'x'"),
+            ("h", "not a duration"),
+            ("31d", "at most 30d"),
+            ("1e9h", "unknown unit 'e'"),
+            ("99999999999999999999d", "at most 30d"),
+            ("-5s", "not a duration"),
+        ] {
+            let e = parse_duration(bad).expect_err(bad);
+            assert!(e.contains(words), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn rounds_beyond_the_counter_are_refused_with_the_limit() {
+        assert_eq!(parse_rounds("4294967295"), Ok(u32::MAX));
+        assert_eq!(parse_rounds("007"), Ok(7));
+        let e = parse_rounds("4294967296").expect_err("33 bits");
+        assert!(e.contains("at most 4294967295"), "{e}");
+        let e = parse_rounds("100000000000000000000000").expect_err("huge");
+        assert!(e.contains("32-bit round counter"), "{e}");
+        assert!(parse_rounds("0")
+            .expect_err("0")
+            .contains("at least one round"));
+        assert!(parse_rounds("1e6")
+            .expect_err("1e6")
+            .contains("not a whole number"));
+        assert!(parse_rounds("-1").is_err());
+    }
+
+    #[test]
+    fn summary_intervals_are_positive_minutes() {
+        assert_eq!(parse_summary_every("10"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_summary_every("0.5"), Ok(Duration::from_secs(30)));
+        for bad in ["0", "-1", "x", "43201", "0.0001", "inf", "NaN"] {
+            assert!(parse_summary_every(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1,25 +1,30 @@
-//! `compare`: options to [`CompareOptions`], a progress bar, the outputs.
+//! `compare`: options to [`CompareOptions`], a progress line, the outputs.
 //! Exit codes as for `run`: 0 done, 1 failed after it started, 2 could not
 //! start, 130/143 stopped by SIGINT/SIGTERM; what was measured is reported,
-//! written to `--csv` and drawn into `--plot` whatever stopped it.
+//! written to `--csv` and `--output` (round by round, as measured) and drawn
+//! into `--plot` whatever stopped it. A comparison runs a number of rounds
+//! or, with `--duration`, for a time; its memory does not grow with either.
 
-use std::io::{BufWriter, IsTerminal};
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::args::{
-    parse_backend, parse_bootstrap, parse_rounds, parse_timeout, parse_variant_list, parse_vcpus,
-    parse_windows, VariantList,
+    parse_backend, parse_bootstrap, parse_duration, parse_rounds, parse_summary_every,
+    parse_timeout, parse_variant_list, parse_vcpus, parse_windows, VariantList,
 };
 use super::common::{cannot_run, create_output, install_stop_handlers, load_guest, Exit};
 use super::run::host_backend_refuses;
 use crate::compare::{
-    analyse, draw_plot, measure, render_text, write_csv, CompareOptions, Partial,
+    draw_plot, measure, render_text, ByTime, CompareOptions, CsvWriter, Partial, SummaryRecord,
+    Tallies,
 };
-use crate::options::{default_timeout, Backend};
+use crate::options::{default_round_timeout, default_timeout, Backend, MAX_ROUNDS};
+use crate::report::progress::{self, ProgressLine};
+use crate::report::summary::{self, Every};
 
 /// Options of `compare`.
 #[derive(Debug, Args, Clone)]
@@ -40,6 +45,13 @@ pub struct CompareArgs {
     /// Measured rounds per variant.
     #[arg(long, default_value_t = 1000, value_parser = parse_rounds)]
     pub rounds: u32,
+
+    /// Measure for this long instead of a number of rounds (a soak): e.g.
+    /// 30s, 90m, 8h; at most 30d. It ends at the first block boundary after
+    /// the time is up. Not with --rounds. Each round then has its own
+    /// watchdog deadline (see --timeout).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, conflicts_with = "rounds")]
+    pub duration: Option<Duration>,
 
     /// Warm-up rounds at the start of every VM: run, counted, excluded.
     #[arg(long, default_value_t = 20)]
@@ -64,7 +76,8 @@ pub struct CompareArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Write the raw data, one row per measured round and vCPU, to this CSV file.
+    /// Write the raw data, one row per measured round and vCPU, to this CSV
+    /// file, as the rounds are measured.
     #[arg(long, value_name = "PATH")]
     pub csv: Option<PathBuf>,
 
@@ -72,8 +85,22 @@ pub struct CompareArgs {
     #[arg(long, value_name = "PATH")]
     pub plot: Option<PathBuf>,
 
+    /// Stream one JSON line per measured round to FILE (schema
+    /// `tsc-rendezvous/round/v1`, as `run --output`), and every
+    /// --summary-every minutes a summary record of the statistics so far
+    /// (schema `tsc-rendezvous/summary/v1`).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// With --output: write a summary record into it every this many
+    /// minutes (fractions allowed); default 10.
+    #[arg(long, value_name = "MINUTES", value_parser = parse_summary_every, requires = "output")]
+    pub summary_every: Option<Duration>,
+
     /// Give up after this many seconds per VM. Default: 60 s plus 100 ms per
-    /// round and vCPU.
+    /// round and vCPU. With --duration the deadline is per round instead
+    /// (default 60 s plus 100 ms per vCPU; with --backend host per segment
+    /// of 1,024 rounds, plus 100 ms per further round and thread).
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     pub timeout: Option<Duration>,
 
@@ -87,49 +114,46 @@ pub struct CompareArgs {
     pub linux_windows: (u64, u64),
 }
 
-/// A progress bar on stderr that appears only once the run has taken a
-/// second, and never when stderr is not a terminal or output is JSON.
-struct ProgressBarOnStderr {
-    bar: Option<ProgressBar>,
-    started: Instant,
-    shown: bool,
-}
-
-impl ProgressBarOnStderr {
-    fn new(enabled: bool) -> ProgressBarOnStderr {
-        let bar = enabled.then(|| {
-            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
-            if let Ok(style) = ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:30}] {pos}/{len} rounds, {eta} left",
-            ) {
-                bar.set_style(style.progress_chars("=> "));
-            }
-            bar
-        });
-        ProgressBarOnStderr {
-            bar,
-            started: Instant::now(),
-            shown: false,
+impl CompareArgs {
+    /// Checks what clap cannot check alone: the rounds asked for must fit
+    /// the 32-bit round counters (every measured round's number, and every
+    /// VM's rounds with its warm-up). The error names the limit.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = self.variants.0.len().max(1) as u64;
+        let warmup = u64::from(self.warmup);
+        let max = u64::from(MAX_ROUNDS);
+        if warmup + n > max {
+            return Err(format!(
+                "--warmup {} leaves no room for a block in the 32-bit round counter of a VM; \
+                 use at most {}",
+                self.warmup,
+                max - n
+            ));
         }
-    }
-
-    fn update(&mut self, done: u64, total: u64) {
-        let Some(bar) = &self.bar else { return };
-        if !self.shown {
-            if self.started.elapsed() < Duration::from_secs(1) {
-                return;
-            }
-            bar.set_length(total);
-            bar.set_draw_target(ProgressDrawTarget::stderr());
-            self.shown = true;
+        if self.duration.is_none() && u64::from(self.rounds) * n > max {
+            return Err(format!(
+                "--rounds {} with {n} variants is {} measured rounds, more than the 32-bit round \
+                 counter holds; use at most {} rounds per variant (or give a duration)",
+                self.rounds,
+                u64::from(self.rounds) * n,
+                max / n
+            ));
         }
-        bar.set_position(done);
-    }
-
-    fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
+        let blocks_per_vm = match (self.duration, self.fresh_vm_every) {
+            (Some(_), 0) => 0,
+            (Some(_), k) => u64::from(k),
+            (None, 0) => u64::from(self.rounds),
+            (None, k) => u64::from(k.min(self.rounds)),
+        };
+        if blocks_per_vm * n + warmup > max {
+            return Err(format!(
+                "{blocks_per_vm} blocks of {n} variants and {} warm-up rounds are more rounds than \
+                 a VM's 32-bit round counter holds; use at most {} blocks per VM",
+                self.warmup,
+                (max - warmup) / n
+            ));
         }
+        Ok(())
     }
 }
 
@@ -140,7 +164,24 @@ pub fn main(args: &CompareArgs) -> Exit {
     }
 }
 
+/// Writes JSON lines to `--output`, flushed as they go.
+struct Lines {
+    out: BufWriter<File>,
+}
+
+impl Lines {
+    fn line(&mut self, line: serde_json::Result<String>) -> Result<(), String> {
+        let line = line.map_err(|e| e.to_string())?;
+        self.out
+            .write_all(line.as_bytes())
+            .and_then(|_| self.out.write_all(b"\n"))
+            .and_then(|_| self.out.flush())
+            .map_err(|e| format!("cannot write to --output: {e}"))
+    }
+}
+
 fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
+    args.validate().map_err(cannot_run)?;
     if args.backend == Backend::Host {
         host_backend_refuses(args.guest.is_some(), false).map_err(cannot_run)?;
     }
@@ -154,6 +195,14 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
     if let Some(p) = &args.plot {
         create_output(p, "plot")?;
     }
+    let mut lines = args
+        .output
+        .as_deref()
+        .map(|p| create_output(p, "--output"))
+        .transpose()?
+        .map(|f| Lines {
+            out: BufWriter::new(f),
+        });
     install_stop_handlers()?;
     let seed = args.seed.unwrap_or_else(|| {
         SystemTime::now()
@@ -161,14 +210,13 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
             .map_or(0, |d| d.as_nanos() as u64)
     });
     let variants = args.variants.0.clone();
+    let n = variants.len() as u32;
     let blocks_per_vm = if args.fresh_vm_every == 0 {
         args.rounds
     } else {
         args.fresh_vm_every.min(args.rounds)
     };
-    let rounds_per_vm = blocks_per_vm
-        .saturating_mul(variants.len() as u32)
-        .saturating_add(args.warmup);
+    let rounds_per_vm = blocks_per_vm.saturating_mul(n).saturating_add(args.warmup);
     let opts = CompareOptions {
         backend: args.backend,
         sync_windows_ms: args.linux_windows,
@@ -184,16 +232,79 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
             .unwrap_or_else(|| default_timeout(args.vcpus, rounds_per_vm)),
         image,
     };
+    let by_time = args.duration.map(|duration| ByTime {
+        duration,
+        round_timeout: args
+            .timeout
+            .unwrap_or_else(|| default_round_timeout(args.vcpus)),
+    });
     log::info!(
-        "comparing {:?} on {} vCPUs ({} backend), {} rounds each, seed {seed}",
+        "comparing {:?} on {} vCPUs ({} backend), {}, seed {seed}",
         opts.variants,
         opts.vcpus,
         opts.backend.name(),
-        opts.rounds
+        match args.duration {
+            Some(d) => format!("for {:.1} s", d.as_secs_f64()),
+            None => format!("{} rounds each", opts.rounds),
+        }
     );
-    let mut progress = ProgressBarOnStderr::new(!args.json && std::io::stderr().is_terminal());
-    let measured = measure(&opts, &mut |done, total| progress.update(done, total));
-    progress.finish();
+    let names: Vec<String> = opts.variants.iter().map(|v| v.name().to_string()).collect();
+    // Every round planned, warm-up included (by rounds).
+    let total = by_time.is_none().then(|| {
+        let vms = u64::from(args.rounds).div_ceil(u64::from(blocks_per_vm.max(1)));
+        u64::from(args.rounds) * u64::from(n) + vms * u64::from(args.warmup)
+    });
+    let mut csv_error: Option<String> = None;
+    let mut csv = csv_file.and_then(|f| match CsvWriter::new(BufWriter::new(f)) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            csv_error = Some(e.to_string());
+            None
+        }
+    });
+    let mut summaries = lines.as_ref().map(|_| {
+        Every::new(
+            args.summary_every
+                .unwrap_or(Duration::from_secs(60 * summary::DEFAULT_EVERY_MINUTES)),
+        )
+    });
+    let mut progress = ProgressLine::on_stderr(args.json);
+    let started = Instant::now();
+    let mut on_round =
+        |round: Option<&crate::compare::MeasuredRound>, t: &Tallies| -> Result<(), String> {
+            if let Some(r) = round {
+                if let Some(w) = csv.as_mut() {
+                    if let Err(e) = w.round(r) {
+                        csv_error = Some(e.to_string());
+                        csv = None;
+                    }
+                }
+                if let Some(l) = lines.as_mut() {
+                    l.line(crate::report::round_line(args.vcpus, &r.result))?;
+                }
+            }
+            if progress.due() {
+                let elapsed = started.elapsed();
+                let done = t.measured_rounds + u64::from(t.warmup_rounds_run);
+                let left = match (args.duration, total) {
+                    (Some(d), _) => Some(d.saturating_sub(elapsed)),
+                    (None, Some(total)) => progress::eta(elapsed, done, total),
+                    (None, None) => None,
+                };
+                let medians: Vec<Option<f64>> = names
+                    .iter()
+                    .map(|v| t.tally(v).and_then(|x| x.median_skew()))
+                    .collect();
+                progress.draw(|| progress::status("compare", done, total, &medians, elapsed, left));
+            }
+            if let (Some(l), true) = (lines.as_mut(), summaries.as_mut().is_some_and(Every::due)) {
+                let record = SummaryRecord::new(t, args.vcpus, seed, &names, started.elapsed());
+                l.line(summary::line(&record))?;
+            }
+            Ok(())
+        };
+    let measured = measure(&opts, by_time, &mut on_round);
+    progress.clear();
     let (data, failure) = match measured {
         Ok(d) => (d, None),
         Err(Partial { data, error }) => {
@@ -211,21 +322,17 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
     let incomplete = failure.as_ref().map(|(msg, _)| {
         format!(
             "stopped after {} measured round(s): {msg}",
-            data.rounds.len()
+            data.tallies.measured_rounds
         )
     });
-    let rounds = data.rounds.clone();
-    let report = analyse(&opts, data, incomplete);
+    let report = crate::compare::analyse_measured(&opts, &data, incomplete);
     let mut exit = Exit::Done;
-    if let (Some(file), Some(path)) = (csv_file, &args.csv) {
-        let mut w = BufWriter::new(file);
-        if let Err(e) = write_csv(&mut w, &rounds) {
-            eprintln!("error: writing {} failed: {e}", path.display());
-            exit = Exit::Failed;
-        }
+    if let (Some(e), Some(path)) = (&csv_error, &args.csv) {
+        eprintln!("error: writing {} failed: {e}", path.display());
+        exit = Exit::Failed;
     }
     if let Some(path) = &args.plot {
-        if let Err(e) = draw_plot(path, &report, &rounds) {
+        if let Err(e) = draw_plot(path, &report, &data) {
             eprintln!("error: drawing {} failed: {e}", path.display());
             exit = Exit::Failed;
         }
@@ -241,4 +348,75 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
         exit = exit.worst(stopped);
     }
     Ok(exit)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cmd::{Cli, Cmd};
+
+    fn compare_args(args: &[&str]) -> CompareArgs {
+        let cli = Cli::try_parse_from(
+            ["tsc-rendezvous", "compare"]
+                .into_iter()
+                .chain(args.iter().copied()),
+        )
+        .expect("valid arguments");
+        match cli.command {
+            Some(Cmd::Compare(c)) => c,
+            other => panic!("not compare: {other:?}"),
+        }
+    }
+
+    /// Counts that the 32-bit round counters cannot hold are refused with
+    /// the limit; the issue's hundred million rounds are not.
+    #[test]
+    fn rounds_beyond_the_counters_are_refused_with_the_limit() {
+        assert!(compare_args(&["--rounds", "100000000"]).validate().is_ok());
+        let e = compare_args(&["--rounds", "3000000000"])
+            .validate()
+            .expect_err("6e9 measured rounds");
+        assert!(
+            e.contains("use at most 2147483647 rounds per variant"),
+            "{e}"
+        );
+        let e = compare_args(&["--rounds", "2147483647"])
+            .validate()
+            .expect_err("with the warm-up, more than a VM holds");
+        assert!(e.contains("use at most 2147483637 blocks per VM"), "{e}");
+        assert!(compare_args(&["--rounds", "2147483647", "--warmup", "0"])
+            .validate()
+            .is_ok());
+        let e = compare_args(&["--warmup", "4294967295"])
+            .validate()
+            .expect_err("no room for a block");
+        assert!(e.contains("--warmup"), "{e}");
+        // By time: only a VM's share must fit.
+        assert!(compare_args(&["--duration", "30d"]).validate().is_ok());
+        let e = compare_args(&["--duration", "1h", "--fresh-vm-every", "4294967295"])
+            .validate()
+            .expect_err("a VM's share");
+        assert!(e.contains("blocks per VM"), "{e}");
+    }
+
+    #[test]
+    fn rounds_and_duration_exclude_each_other() {
+        let e = Cli::try_parse_from([
+            "tsc-rendezvous",
+            "compare",
+            "--rounds",
+            "5",
+            "--duration",
+            "1m",
+        ])
+        .expect_err("both");
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let c = compare_args(&["--duration", "90m"]);
+        assert_eq!(c.duration, Some(Duration::from_secs(5400)));
+        assert!(
+            Cli::try_parse_from(["tsc-rendezvous", "compare", "--summary-every", "1"]).is_err()
+        );
+    }
 }

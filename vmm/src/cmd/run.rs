@@ -1,27 +1,38 @@
-//! `run` (the default command): every variant asked for, one VM each, the
-//! rounds streamed to `--output` as they complete, then the readable report
-//! or the JSON document; what completed is reported whatever stopped the run.
+//! `run` (the default command): every variant asked for, one VM each, for a
+//! number of rounds or for a time (`--duration`), the rounds streamed to
+//! `--output` as they complete (with a summary record every
+//! `--summary-every` minutes), `--json` streamed to stdout as it goes, else
+//! the readable report at the end; what completed is reported whatever
+//! stopped the run. Memory does not grow with the rounds: each variant keeps
+//! its statistics and its typical round ([`VariantAccumulator`]), never its
+//! rounds.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Stdout, Write};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use tsc_contract::Variant;
 
 use super::args::{
-    parse_backend, parse_inject, parse_rounds, parse_timeout, parse_variants, parse_vcpus,
-    parse_windows, VariantChoice,
+    parse_backend, parse_duration, parse_inject, parse_rounds, parse_summary_every, parse_timeout,
+    parse_variants, parse_vcpus, parse_windows, VariantChoice,
 };
 use super::common::{
     cannot_run, create_output, incomplete_note, install_stop_handlers, load_guest, Exit,
 };
 use crate::analysis::RoundResult;
 use crate::error::RunError;
-use crate::options::{default_timeout, Backend, Injection, RunOptions};
-use crate::report::{self, Report, VariantReport};
-use crate::rounds::{self, RunFacts};
+use crate::host::HostInfo;
+use crate::options::{
+    default_round_timeout, default_timeout, Backend, Injection, RunOptions, MAX_ROUNDS,
+};
+use crate::report::progress::{self, ProgressLine};
+use crate::report::stream::{JsonStream, RunTail};
+use crate::report::summary::{self, Every, RunEntry, RunRecord};
+use crate::report::{self, Report, VariantAccumulator, VariantReport};
+use crate::rounds::{self, Repeat, RunFacts};
 use crate::stop;
 use crate::vstate::sync_area::{FIRST_WINDOW_MS, WINDOW_MS};
 
@@ -49,18 +60,28 @@ pub struct RunArgs {
     #[arg(long, default_value = "all", value_parser = parse_variants)]
     pub variant: VariantChoice,
 
-    /// Rendezvous rounds per variant.
+    /// Rendezvous rounds per variant (1 to 4294967295).
     #[arg(long, default_value_t = 100, value_parser = parse_rounds)]
     pub rounds: u32,
 
+    /// Run for this long instead of a number of rounds (a soak): e.g. 30s,
+    /// 90m, 8h, 1h30m; at most 30d. With several variants each gets an
+    /// equal share, one after another. Not with --rounds. Each round then
+    /// has its own watchdog deadline (see --timeout).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, conflicts_with = "rounds")]
+    pub duration: Option<Duration>,
+
     /// Print one JSON document (schema `tsc-rendezvous/run/v1`, see the README)
-    /// instead of the readable report.
+    /// instead of the readable report, written as the rounds complete: each
+    /// round as it comes, each variant's summary after its rounds.
     #[arg(long)]
     pub json: bool,
 
     /// Watchdog: give up after this many seconds per variant, stop every vCPU
     /// and report where each one was. Default: 60 s plus 100 ms per round and
-    /// vCPU.
+    /// vCPU. With --duration the deadline is per round instead (default 60 s
+    /// plus 100 ms per vCPU; with --backend host per segment of 1,024 rounds,
+    /// plus 100 ms per further round and thread).
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     pub timeout: Option<Duration>,
 
@@ -70,9 +91,16 @@ pub struct RunArgs {
 
     /// Stream one JSON line per completed round to FILE (schema
     /// `tsc-rendezvous/round/v1`), flushed as it goes, so an interrupted or
-    /// failed run keeps every round it measured.
+    /// failed run keeps every round it measured; and every --summary-every
+    /// minutes a summary record of the statistics so far (schema
+    /// `tsc-rendezvous/summary/v1`).
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+
+    /// With --output: write a summary record (the statistics so far) into it
+    /// every this many minutes (fractions allowed); default 10.
+    #[arg(long, value_name = "MINUTES", value_parser = parse_summary_every, requires = "output")]
+    pub summary_every: Option<Duration>,
 
     /// Inject a fault, to test the error handling: KIND[,vcpu=K][,round=R][,iter=I][,cycles=C]
     /// (K, R, I default to 0; I is the rendezvous iteration, 0..=4 in execution order).
@@ -82,7 +110,13 @@ pub struct RunArgs {
     /// panic (the guest panics on vCPU K in round R iteration I), corrupt-size
     /// (vCPU K reports round R with a 2-byte port write), corrupt-index (vCPU K's
     /// record of round R names a vCPU out of range), corrupt-value (vCPU K's record
-    /// of round R holds impossible TSC values).
+    /// of round R holds impossible TSC values), gp (vCPU K reads an MSR no CPU has
+    /// at the start of round R iteration I: #GP), sse (vCPU K executes an SSE
+    /// instruction at the start of round R iteration I: a KVM internal error on
+    /// PVM, #UD on VMX/SVM), bad-port (vCPU K reports the end of round R to an
+    /// unknown port), wrong-round (vCPU K reports round R as round R+1),
+    /// early-done (vCPU K reports at the end of round R that it finished every
+    /// round, and halts).
     #[arg(long, value_name = "SPEC", value_parser = parse_inject, verbatim_doc_comment)]
     pub inject: Option<Injection>,
 
@@ -100,10 +134,12 @@ impl Default for RunArgs {
             vcpus: 2,
             variant: VariantChoice::All,
             rounds: 100,
+            duration: None,
             json: false,
             timeout: None,
             guest: None,
             output: None,
+            summary_every: None,
             inject: None,
             linux_windows: (FIRST_WINDOW_MS, WINDOW_MS),
         }
@@ -126,17 +162,40 @@ impl RunArgs {
             host_backend_refuses(self.guest.is_some(), self.inject.is_some())?;
         }
         match &self.inject {
-            Some(inj) => inj.check(self.vcpus, self.rounds),
+            Some(inj) => inj.check(self.vcpus, self.max_rounds()),
             None => Ok(()),
         }
     }
 
-    /// The deadline of one variant's run.
+    /// The most rounds a variant's run may have.
+    pub fn max_rounds(&self) -> u32 {
+        match self.duration {
+            Some(_) => MAX_ROUNDS,
+            None => self.rounds,
+        }
+    }
+
+    /// The deadline of one variant's run (by rounds).
     pub fn timeout(&self) -> Duration {
         match self.timeout {
             Some(t) => t,
             None => default_timeout(self.vcpus, self.rounds),
         }
+    }
+
+    /// The deadline of every round of a run by time (`--duration`); `None`
+    /// for a run by rounds.
+    pub fn round_timeout(&self) -> Option<Duration> {
+        self.duration.map(|_| {
+            self.timeout
+                .unwrap_or_else(|| default_round_timeout(self.vcpus))
+        })
+    }
+
+    /// Each variant's share of `--duration`.
+    pub fn duration_per_variant(&self) -> Option<Duration> {
+        let n = self.variants().len().max(1) as u32;
+        self.duration.map(|d| d / n)
     }
 }
 
@@ -152,22 +211,90 @@ pub fn host_backend_refuses(guest: bool, inject: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// The `--output` stream: one JSON line per completed round, flushed at once.
+/// The `--output` stream: one JSON line per completed round, flushed at once,
+/// and the summary records.
 struct Stream {
     out: Option<BufWriter<File>>,
     vcpus: u32,
 }
 
 impl Stream {
-    fn write(&mut self, round: &RoundResult) -> Result<(), String> {
+    fn line(&mut self, line: serde_json::Result<String>) -> Result<(), String> {
         let Some(out) = self.out.as_mut() else {
             return Ok(());
         };
-        let line = report::round_line(self.vcpus, round).map_err(|e| e.to_string())?;
+        let line = line.map_err(|e| e.to_string())?;
         out.write_all(line.as_bytes())
             .and_then(|_| out.write_all(b"\n"))
             .and_then(|_| out.flush())
             .map_err(|e| e.to_string())
+    }
+
+    fn write(&mut self, round: &RoundResult) -> Result<(), String> {
+        if self.out.is_none() {
+            return Ok(());
+        }
+        let line = report::round_line(self.vcpus, round);
+        self.line(line)
+    }
+}
+
+/// `--json` on stdout: begun at the first round, each run at its first
+/// round, so that an empty run never appears.
+enum Json {
+    /// No `--json`.
+    Off,
+    /// `--json`, nothing written yet.
+    Pending,
+    /// The document is open.
+    Open(JsonStream<BufWriter<Stdout>>),
+    /// Writing failed: the error.
+    Failed(String),
+}
+
+impl Json {
+    /// Writes `r`, opening the document and the run first where needed.
+    fn round(&mut self, variant: &str, vcpus: u32, r: &RoundResult) -> Result<(), String> {
+        let result = match self {
+            Json::Off | Json::Failed(_) => return Ok(()),
+            Json::Pending => match JsonStream::begin(BufWriter::new(std::io::stdout()), vcpus) {
+                Ok(s) => {
+                    *self = Json::Open(s);
+                    return self.round(variant, vcpus, r);
+                }
+                Err(e) => Err(e),
+            },
+            Json::Open(s) => (if s.in_run() {
+                Ok(())
+            } else {
+                s.begin_run(variant, vcpus)
+            })
+            .and_then(|_| s.round(r)),
+        };
+        result.map_err(|e| self.fail(e))
+    }
+
+    /// Ends the current run, if one is open.
+    fn end_run(&mut self, v: &VariantReport) {
+        if let Json::Open(s) = self {
+            if !s.in_run() {
+                return;
+            }
+            let tail = RunTail {
+                writes_honoured: v.writes_honoured,
+                summary: &v.summary,
+                notes: &v.notes,
+            };
+            if let Err(e) = s.end_run(&tail) {
+                self.fail(e);
+            }
+        }
+    }
+
+    fn fail(&mut self, e: std::io::Error) -> String {
+        let msg = format!("cannot write the JSON report to standard output: {e}");
+        *self = Json::Failed(msg.clone());
+        msg
     }
 }
 
@@ -181,20 +308,60 @@ pub fn main(args: &RunArgs) -> Exit {
     }
 }
 
+/// What every variant's run shares: the outputs, the progress line and the
+/// summary records.
+struct Outputs {
+    stream: Stream,
+    json: Json,
+    progress: ProgressLine,
+    summaries: Option<Every>,
+    /// The variants that have ended, for the summary records.
+    ended: Vec<RunEntry>,
+    started: Instant,
+}
+
+impl Outputs {
+    /// A summary record with the ended variants and `current`.
+    fn summary_record(&mut self, current: RunEntry) -> Result<(), String> {
+        self.ended.push(current);
+        let line = summary::line(&RunRecord::new(
+            self.stream.vcpus,
+            self.started.elapsed(),
+            &self.ended,
+        ));
+        self.ended.pop();
+        self.stream.line(line)
+    }
+}
+
 fn prepare_and_run(args: &RunArgs) -> Result<Exit, Exit> {
     let image = load_guest(args.guest.as_deref())?;
     let out = match &args.output {
         Some(path) => Some(BufWriter::new(create_output(path, "--output")?)),
         None => None,
     };
-    let mut stream = Stream {
-        out,
-        vcpus: args.vcpus,
-    };
+    let summaries = out.as_ref().map(|_| {
+        Every::new(
+            args.summary_every
+                .unwrap_or(Duration::from_secs(60 * summary::DEFAULT_EVERY_MINUTES)),
+        )
+    });
     install_stop_handlers()?;
+    let mut o = Outputs {
+        stream: Stream {
+            out,
+            vcpus: args.vcpus,
+        },
+        json: if args.json { Json::Pending } else { Json::Off },
+        progress: ProgressLine::on_stderr(args.json),
+        summaries,
+        ended: Vec::new(),
+        started: Instant::now(),
+    };
 
+    let share = args.duration_per_variant();
     let mut runs: Vec<VariantReport> = Vec::new();
-    let mut host = None;
+    let mut host: Option<HostInfo> = None;
     let mut failure: Option<(RunError, Variant)> = None;
     for variant in args.variants() {
         if let Some(signal) = stop::requested() {
@@ -204,76 +371,185 @@ fn prepare_and_run(args: &RunArgs) -> Result<Exit, Exit> {
         let opts = RunOptions {
             backend: args.backend,
             vcpus: args.vcpus,
-            schedule: vec![variant; args.rounds as usize],
+            schedule: Vec::new(),
             timeout: args.timeout(),
+            round_timeout: args.round_timeout(),
             image: image.clone(),
             inject: args.inject,
             sync_windows_ms: args.linux_windows,
         };
         log::info!(
-            "running {} on {} vCPUs ({} backend), {} rounds",
+            "running {} on {} vCPUs ({} backend), {}",
             variant.name(),
             args.vcpus,
             args.backend.name(),
-            args.rounds
+            share.map_or_else(
+                || format!("{} rounds", args.rounds),
+                |d| format!("for {:.1} s", d.as_secs_f64())
+            )
         );
-        let mut rounds: Vec<RoundResult> = Vec::with_capacity(args.rounds as usize);
-        let result = rounds::run_streaming(&opts, &mut |r| {
-            // Kept for the report even when it cannot be streamed.
-            let written = stream.write(&r);
-            rounds.push(r);
-            written
-        });
-        match result {
-            Ok(facts) => {
-                host.get_or_insert_with(|| facts.host.clone());
-                runs.push(report::variant_report(variant.name(), facts, rounds));
-            }
+        let (result, acc) = run_variant(args, &opts, variant, share, &mut o);
+        let (facts, error) = match result {
+            Ok(facts) => (Some(facts), None),
             Err(f) => {
-                if host.is_none() {
-                    host = f.host.map(|h| *h);
-                }
-                if let (false, Some(h)) = (rounds.is_empty(), &host) {
-                    let partial = RunFacts {
-                        host: h.clone(),
-                        vcpus: args.vcpus,
-                        initial: Vec::new(),
-                        spin_breaker: false,
-                        notes: vec![incomplete_note(
-                            f.rounds_completed,
-                            u64::from(args.rounds),
-                            &f.error,
-                        )],
-                    };
-                    runs.push(report::variant_report(variant.name(), partial, rounds));
-                }
-                failure = Some((f.error, variant));
-                break;
+                let h = f.host.map(|h| *h).or_else(|| host.clone());
+                let facts = h.filter(|_| acc.rounds() > 0).map(|h| RunFacts {
+                    host: h,
+                    vcpus: args.vcpus,
+                    initial: Vec::new(),
+                    spin_breaker: false,
+                    notes: vec![match share {
+                        Some(_) => format!(
+                            "incomplete: {} round(s) completed before the error: {}",
+                            acc.rounds(),
+                            f.error
+                        ),
+                        None => {
+                            incomplete_note(f.rounds_completed, u64::from(args.rounds), &f.error)
+                        }
+                    }],
+                });
+                (facts, Some(f.error))
             }
+        };
+        if let Some(mut facts) = facts {
+            host.get_or_insert_with(|| facts.host.clone());
+            if share.is_some() && acc.rounds() >= u64::from(MAX_ROUNDS) {
+                facts.notes.push(format!(
+                    "stopped after {} rounds, the most the 32-bit round counter holds, before \
+                     its time was up",
+                    report::fmt_num(f64::from(MAX_ROUNDS))
+                ));
+            }
+            let v = report::variant_report(variant.name(), facts, &acc);
+            o.json.end_run(&v);
+            o.ended.push(RunEntry {
+                variant: v.variant.clone(),
+                complete: error.is_none(),
+                writes_honoured: v.writes_honoured,
+                summary: v.summary.clone(),
+            });
+            runs.push(v);
+        }
+        if let Some(error) = error {
+            failure = Some((error, variant));
+            break;
         }
     }
+    o.progress.clear();
 
     // Whatever completed is reported, failure or not.
     let mut exit = Exit::Done;
-    if let Some(host) = host.filter(|_| !runs.is_empty()) {
+    let rounds_per_variant = match share {
+        Some(_) => runs
+            .iter()
+            .map(|v| u32::try_from(v.summary.rounds).unwrap_or(MAX_ROUNDS))
+            .max()
+            .unwrap_or(0),
+        None => args.rounds,
+    };
+    let mut json_failed = None;
+    match std::mem::replace(&mut o.json, Json::Off) {
+        Json::Open(s) => match &host {
+            Some(h) => {
+                if let Err(e) = s.end(h, rounds_per_variant, share) {
+                    eprintln!("error: cannot write the JSON report to standard output: {e}");
+                    exit = Exit::Failed;
+                }
+            }
+            None => {
+                eprintln!("error: the JSON report has no host facts to end with");
+                exit = Exit::Failed;
+            }
+        },
+        Json::Failed(msg) => {
+            eprintln!("error: {msg}");
+            exit = Exit::Failed;
+            json_failed = Some(msg);
+        }
+        Json::Off | Json::Pending => {}
+    }
+    if let (false, Some(host)) = (args.json, host.filter(|_| !runs.is_empty())) {
         let report = Report {
-            schema: report::SCHEMA,
             tool_version: env!("CARGO_PKG_VERSION"),
             host,
             vcpus: args.vcpus,
-            rounds_per_variant: args.rounds,
+            rounds_per_variant,
+            duration_per_variant: share,
             runs,
         };
-        if let Err(e) = report::print(&report, args.json, report::render_text) {
+        let text = report::render_text(&report);
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = stdout
+            .write_all(text.as_bytes())
+            .and_then(|_| stdout.flush())
+        {
             eprintln!("error: cannot print the report: {e}");
             exit = Exit::Failed;
         }
     }
     if let Some((error, variant)) = failure {
-        eprintln!("error: {error} (variant {})", variant.name());
-        return Ok(Exit::of(&error));
+        // The JSON's own failure, which ended the run, was said above.
+        let said = matches!(&error, RunError::Output(m) if json_failed.as_ref() == Some(m));
+        if !said {
+            eprintln!("error: {error} (variant {})", variant.name());
+        }
+        return Ok(Exit::of(&error).worst(exit));
     }
     Ok(exit)
+}
+
+/// Runs one variant, by rounds or for its share of the duration; returns
+/// how it ended and what its rounds added up to.
+#[allow(clippy::result_large_err)]
+fn run_variant(
+    args: &RunArgs,
+    opts: &RunOptions,
+    variant: Variant,
+    share: Option<Duration>,
+    o: &mut Outputs,
+) -> (Result<RunFacts, crate::error::Failure>, VariantAccumulator) {
+    let started = Instant::now();
+    let mut schedule = Repeat {
+        variant,
+        rounds: args.max_rounds(),
+        until: share.map(|d| started + d),
+    };
+    let mut acc = VariantAccumulator::new();
+    let tsc_khz = std::cell::Cell::new(None::<u32>);
+    let result = rounds::run_scheduled(opts, &mut schedule, &mut |r| {
+        acc.add(&r);
+        if tsc_khz.get().is_none() {
+            tsc_khz.set(r.vcpus.first().map(|v| v.tsc_khz).filter(|&k| k > 0));
+        }
+        let streamed = o.stream.write(&r);
+        let json = o.json.round(variant.name(), args.vcpus, &r);
+        if o.progress.due() {
+            let elapsed = started.elapsed();
+            let done = acc.rounds();
+            let (total, left) = match share {
+                Some(d) => (None, Some(d.saturating_sub(elapsed))),
+                None => {
+                    let total = u64::from(args.rounds);
+                    (Some(total), progress::eta(elapsed, done, total))
+                }
+            };
+            let median = acc.median_skew();
+            o.progress
+                .draw(|| progress::status(variant.name(), done, total, &[median], elapsed, left));
+        }
+        if o.summaries.as_mut().is_some_and(Every::due) {
+            let current = RunEntry {
+                variant: variant.name().to_string(),
+                complete: false,
+                writes_honoured: acc.writes_honoured(),
+                summary: acc.summary(tsc_khz.get()),
+            };
+            o.summary_record(current)?;
+        }
+        streamed.and(json)
+    });
+    (result, acc)
 }
 
 #[cfg(test)]
@@ -325,5 +601,80 @@ mod tests {
         assert!(a.validate().is_err());
         assert!(run_args(&["--backend", "host"]).validate().is_ok());
         assert!(run_args(&["--inject", "panic"]).validate().is_ok());
+    }
+
+    /// The help of --inject names every fault kind the contract has.
+    #[test]
+    fn the_inject_help_lists_every_fault_kind() {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        let run = cmd
+            .find_subcommand_mut("run")
+            .expect("the run subcommand")
+            .clone();
+        let help = run
+            .get_arguments()
+            .find(|a| a.get_id() == "inject")
+            .and_then(|a| a.get_long_help().or(a.get_help()))
+            .map(|h| {
+                h.to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .expect("--inject has help");
+        for kind in &tsc_contract::Inject::ALL[1..] {
+            assert!(
+                help.contains(&format!("{} (", kind.name())),
+                "--inject help does not explain {}: {help}",
+                kind.name()
+            );
+        }
+    }
+
+    /// By time, every round has the deadline of a one-round run (or
+    /// --timeout), not one that grows with the rounds; by rounds there is no
+    /// per-round deadline.
+    #[test]
+    fn by_time_the_watchdog_is_per_round() {
+        let a = run_args(&["--duration", "8h", "--vcpus", "4"]);
+        assert_eq!(a.round_timeout(), Some(default_round_timeout(4)));
+        assert_eq!(a.round_timeout(), Some(Duration::from_millis(60_400)));
+        let a = run_args(&["--duration", "8h", "--timeout", "5"]);
+        assert_eq!(a.round_timeout(), Some(Duration::from_secs(5)));
+        let a = run_args(&["--rounds", "1000"]);
+        assert_eq!(a.round_timeout(), None);
+        assert_eq!(a.timeout(), default_timeout(2, 1000));
+    }
+
+    /// `--duration` is split evenly over the variants run; with it a run may
+    /// have as many rounds as the counter holds (an injection anywhere in
+    /// them is accepted).
+    #[test]
+    fn a_duration_is_shared_by_the_variants() {
+        let a = run_args(&["--duration", "60s"]);
+        assert_eq!(
+            a.duration_per_variant(),
+            Some(Duration::from_secs(60) / tsc_contract::Variant::ALL.len() as u32)
+        );
+        let a = run_args(&["--duration", "60s", "--variant", "xen-head"]);
+        assert_eq!(a.duration_per_variant(), Some(Duration::from_secs(60)));
+        assert_eq!(a.max_rounds(), MAX_ROUNDS);
+        let a = run_args(&["--duration", "1h", "--inject", "stall,round=100000"]);
+        assert!(a.validate().is_ok());
+        let a = run_args(&["--rounds", "10", "--inject", "stall,round=100000"]);
+        assert!(a.validate().is_err());
+        assert_eq!(run_args(&[]).duration_per_variant(), None);
+    }
+
+    #[test]
+    fn rounds_and_duration_exclude_each_other_and_summaries_need_an_output() {
+        let e = parse(&["--rounds", "5", "--duration", "3s"]).expect_err("both");
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+        // The default --rounds does not conflict.
+        assert!(parse(&["--duration", "3s"]).is_ok());
+        assert!(parse(&["run", "--summary-every", "5"]).is_err());
+        let a = run_args(&["--summary-every", "0.5", "--output", "x.jsonl"]);
+        assert_eq!(a.summary_every, Some(Duration::from_secs(30)));
     }
 }

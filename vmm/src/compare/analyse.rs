@@ -1,16 +1,16 @@
-//! From measured rounds to the report: per-variant statistics, every variant
-//! against the reference (the first named) on every metric, and the verdicts.
+//! From what was measured to the report: per-variant statistics, every
+//! variant against the reference (the first named) on every metric, and the
+//! verdicts. The inference runs on the bounded distributions: exactly as on
+//! the values while they are kept, from the histograms after
+//! ([`mann_whitney_of`], [`median_shift_of`]).
 
 use super::{
-    CompareData, CompareOptions, CompareReport, Metric, MetricComparison, VariantStats,
-    INTERLEAVING, SCHEMA,
+    CompareOptions, CompareReport, Measured, Metric, MetricComparison, INTERLEAVING, SCHEMA,
 };
 use tsc_contract::Variant;
 
-use crate::analysis::RoundResult;
-use crate::inference::{bootstrap_median_shift, mann_whitney, MannWhitney, MedianShift};
-use crate::report::overall_honoured;
-use crate::stats::summarize;
+use crate::distribution::{mann_whitney_of, median_shift_of, Distribution};
+use crate::inference::{MannWhitney, MedianShift};
 
 /// Whether a difference is distinguishable from noise: the 95 % interval of
 /// the median shift excludes 0 and the two-sided rank-test p-value is below
@@ -23,23 +23,24 @@ pub fn distinguishable(shift: Option<&MedianShift>, test: Option<&MannWhitney>) 
 }
 
 fn compare_metric(
-    data: &CompareData,
+    data: &Measured,
     reference: &str,
     variant: &str,
     metric: Metric,
     iterations: u32,
     seed: u64,
 ) -> MetricComparison {
-    let a = metric.values(&data.rounds, reference);
-    let b = metric.values(&data.rounds, variant);
-    let shift = bootstrap_median_shift(&a, &b, iterations, seed);
-    let mw = mann_whitney(&a, &b);
+    let empty = Distribution::default();
+    let of = |name: &str| data.tallies.tally(name).map_or(&empty, |t| metric.of(t));
+    let (a, b) = (of(reference), of(variant));
+    let shift = median_shift_of(a, b, iterations, seed);
+    let mw = mann_whitney_of(a, b);
     MetricComparison {
         reference: reference.to_string(),
         variant: variant.to_string(),
         metric,
-        n_reference: a.len(),
-        n_variant: b.len(),
+        n_reference: a.len() as usize,
+        n_variant: b.len() as usize,
         distinguishable: distinguishable(shift.as_ref(), mw.as_ref()),
         shift,
         mann_whitney: mw,
@@ -118,41 +119,25 @@ pub fn verdict(c: &MetricComparison) -> String {
     }
 }
 
-/// Summarises and compares what was measured; `incomplete` says why the
-/// measurement ended before its plan did, if it did.
+/// Summarises and compares what was measured (a [`Measured`], or the list
+/// form [`super::CompareData`]); `incomplete` says why the measurement ended
+/// before its plan did, if it did.
 pub fn analyse(
     opts: &CompareOptions,
-    data: CompareData,
+    data: impl Into<Measured>,
+    incomplete: Option<String>,
+) -> CompareReport {
+    analyse_measured(opts, &data.into(), incomplete)
+}
+
+/// [`analyse`] of what is kept for more (the plot).
+pub fn analyse_measured(
+    opts: &CompareOptions,
+    data: &Measured,
     incomplete: Option<String>,
 ) -> CompareReport {
     let names: Vec<String> = opts.variants.iter().map(|v| v.name().to_string()).collect();
-    let per_variant = names
-        .iter()
-        .map(|name| {
-            let own: Vec<RoundResult> = data
-                .rounds
-                .iter()
-                .filter(|r| &r.result.variant == name)
-                .map(|r| r.result.clone())
-                .collect();
-            VariantStats {
-                variant: name.clone(),
-                rounds: own.len(),
-                writes_honoured: overall_honoured(&own),
-                rounds_with_disagreements: own
-                    .iter()
-                    .filter(|r| !r.disagreements.is_empty())
-                    .count(),
-                cpu0_exit_latency_cycles: summarize(
-                    Metric::Cpu0ExitLatencyCycles.values(&data.rounds, name),
-                ),
-                other_exit_latency_cycles: summarize(
-                    Metric::OtherExitLatencyCycles.values(&data.rounds, name),
-                ),
-                skew_cycles: summarize(Metric::SkewCycles.values(&data.rounds, name)),
-            }
-        })
-        .collect();
+    let per_variant: Vec<_> = names.iter().map(|name| data.tallies.stats(name)).collect();
     let mut comparisons = Vec::new();
     let mut verdicts = Vec::new();
     let reference = names.first().cloned().unwrap_or_default();
@@ -162,26 +147,37 @@ pub fn analyse(
                 .seed
                 .wrapping_add(((vi as u64) << 8) | mi as u64)
                 .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let c = compare_metric(&data, &reference, name, metric, opts.bootstrap, seed);
+            let c = compare_metric(data, &reference, name, metric, opts.bootstrap, seed);
             if metric == Metric::Cpu0ExitLatencyCycles {
                 verdicts.push(verdict(&c));
             }
             comparisons.push(c);
         }
     }
-    let total_rounds = data.rounds.len() as f64 + f64::from(data.warmup_rounds_run);
+    let total_rounds =
+        data.tallies.measured_rounds as f64 + f64::from(data.tallies.warmup_rounds_run);
     let secs = data.elapsed.as_secs_f64();
+    let rounds_per_variant = match data.duration {
+        // By time: what every variant had (whole blocks: the same for all).
+        Some(_) => per_variant
+            .iter()
+            .map(|v| u32::try_from(v.rounds).unwrap_or(u32::MAX))
+            .min()
+            .unwrap_or(0),
+        None => opts.rounds,
+    };
     CompareReport {
         schema: SCHEMA,
         tool_version: env!("CARGO_PKG_VERSION"),
-        host: data.host,
+        host: data.host.clone(),
         vcpus: opts.vcpus,
         variants: names,
-        rounds_per_variant: opts.rounds,
+        rounds_per_variant,
+        duration_seconds: data.duration.map(|d| d.as_secs_f64()),
         seed: opts.seed,
         interleaving: INTERLEAVING,
         warmup_rounds_per_vm: opts.warmup,
-        warmup_rounds_run: data.warmup_rounds_run,
+        warmup_rounds_run: data.tallies.warmup_rounds_run,
         fresh_vm_every: opts.fresh_vm_every,
         vms: data.vms,
         bootstrap_iterations: opts.bootstrap,
@@ -190,7 +186,7 @@ pub fn analyse(
         per_variant,
         comparisons,
         verdicts,
-        notes: data.notes,
+        notes: data.notes.clone(),
         incomplete,
     }
 }

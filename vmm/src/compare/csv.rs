@@ -8,6 +8,10 @@
 //! `write_latency_cycles`, `write_honoured` (true, false or empty when
 //! undetermined), `disagreements` (the round's count). Warm-up rounds are not
 //! written. CPU 0's loop-exit time is the `exit_latency_cycles` of `vcpu` 0.
+//!
+//! `compare` writes the rows as the rounds are measured ([`CsvWriter`]), so
+//! nothing is kept for the file and an interrupted run's file has every
+//! round measured.
 
 use std::io::{self, Write};
 
@@ -55,13 +59,34 @@ pub fn row(r: &MeasuredRound, v: &VcpuResult) -> String {
 
 /// Writes every measured round, one row per vCPU.
 pub fn write_csv(out: &mut impl Write, rounds: &[MeasuredRound]) -> io::Result<()> {
-    writeln!(out, "{HEADER}")?;
+    let mut w = CsvWriter::new(out)?;
     for r in rounds {
-        for v in &r.result.vcpus {
-            writeln!(out, "{}", row(r, v))?;
-        }
+        w.round(r)?;
     }
-    out.flush()
+    Ok(())
+}
+
+/// The CSV written round by round: the header first, then each measured
+/// round's rows as it comes, flushed.
+pub struct CsvWriter<W: Write> {
+    out: W,
+}
+
+impl<W: Write> CsvWriter<W> {
+    /// Writes the header.
+    pub fn new(mut out: W) -> io::Result<CsvWriter<W>> {
+        writeln!(out, "{HEADER}")?;
+        out.flush()?;
+        Ok(CsvWriter { out })
+    }
+
+    /// Writes one measured round, a row per vCPU, and flushes it.
+    pub fn round(&mut self, r: &MeasuredRound) -> io::Result<()> {
+        for v in &r.result.vcpus {
+            writeln!(self.out, "{}", row(r, v))?;
+        }
+        self.out.flush()
+    }
 }
 
 #[cfg(test)]
@@ -127,7 +152,7 @@ mod tests {
             },
         };
         let mut out = Vec::new();
-        write_csv(&mut out, &[round]).expect("write to memory");
+        write_csv(&mut out, std::slice::from_ref(&round)).expect("write to memory");
         let text = String::from_utf8(out).expect("utf-8");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
@@ -139,6 +164,13 @@ mod tests {
             ]
         );
         assert_eq!(honoured(Some(true)), "true");
+        // Written round by round, the file is the same.
+        let mut streamed = Vec::new();
+        {
+            let mut w = CsvWriter::new(&mut streamed).expect("header");
+            w.round(&round).expect("rows");
+        }
+        assert_eq!(String::from_utf8(streamed).expect("utf-8"), text);
         assert_eq!(HEADER.split(',').count(), lines[1].split(',').count());
     }
 }

@@ -11,6 +11,13 @@
 //! are excluded from the statistics; no measured round is ever dropped.
 //! With `fresh_vm_every = k > 0` a new VM (and new vCPU threads) is created
 //! every `k` blocks; with 0 one VM runs everything.
+//!
+//! Memory does not grow with the rounds: the schedule is drawn as the rounds
+//! start ([`plan`]), each variant's rounds are summed up as they complete in
+//! bounded distributions ([`Measured`]), and the inference works on those
+//! (exact while they keep their values, from histograms after:
+//! [`crate::distribution`]); `--csv` and `--output` are written round by
+//! round.
 
 mod analyse;
 mod csv;
@@ -25,16 +32,18 @@ use serde::Serialize;
 use tsc_contract::Variant;
 
 use crate::analysis::RoundResult;
+use crate::distribution::Distribution;
 use crate::host::HostInfo;
 use crate::inference::{MannWhitney, MedianShift};
 use crate::options::Backend;
+use crate::report::VariantAccumulator;
 use crate::stats::Summary;
 
-pub use analyse::{analyse, p_text, verdict};
-pub use csv::write_csv;
-pub use measure::{measure, Partial};
-pub use plan::plan;
-pub use plot::draw_plot;
+pub use analyse::{analyse, analyse_measured, p_text, verdict};
+pub use csv::{write_csv, CsvWriter};
+pub use measure::{measure, ByTime, Partial};
+pub use plan::{plan, Blocks, VmSchedule};
+pub use plot::{beyond_axis, draw_plot, legend, legend_of, x_range, x_range_of, PlotData};
 pub use text::render_text;
 
 /// The schema identifier of `compare --json` (`vmm/schema/compare-v1.json`).
@@ -94,7 +103,9 @@ pub struct MeasuredRound {
     pub result: RoundResult,
 }
 
-/// Everything measured.
+/// Everything measured, as a list of every round (for tests and small
+/// inputs; `compare` itself keeps [`Measured`], which does not grow with the
+/// rounds). [`analyse`] and [`draw_plot`] take either.
 #[derive(Clone, Debug)]
 pub struct CompareData {
     /// Host facts (from the first VM).
@@ -109,6 +120,144 @@ pub struct CompareData {
     pub elapsed: Duration,
     /// Observations about the runs.
     pub notes: Vec<String>,
+}
+
+/// Each variant's measured rounds summed up as they complete: its bounded
+/// distributions and counts ([`VariantAccumulator`]), whatever the number
+/// of rounds; and the counts of rounds run.
+#[derive(Clone, Debug, Default)]
+pub struct Tallies {
+    /// Per variant name, in the order first measured.
+    per_variant: Vec<(String, VariantAccumulator)>,
+    /// Measured rounds, all variants.
+    pub measured_rounds: u64,
+    /// Warm-up rounds run (and excluded), over all VMs.
+    pub warmup_rounds_run: u32,
+}
+
+impl Tallies {
+    /// Counts one measured round.
+    pub fn add(&mut self, r: &RoundResult) {
+        self.measured_rounds += 1;
+        match self.per_variant.iter_mut().find(|(n, _)| *n == r.variant) {
+            Some((_, t)) => t.add(r),
+            None => {
+                let mut t = VariantAccumulator::without_typical();
+                t.add(r);
+                self.per_variant.push((r.variant.to_string(), t));
+            }
+        }
+    }
+
+    /// The rounds of `variant` so far, summed up (`None`: none measured).
+    pub fn tally(&self, variant: &str) -> Option<&VariantAccumulator> {
+        self.per_variant
+            .iter()
+            .find(|(n, _)| n == variant)
+            .map(|(_, t)| t)
+    }
+
+    /// The statistics of `variant` so far.
+    pub fn stats(&self, variant: &str) -> VariantStats {
+        let empty = VariantAccumulator::without_typical();
+        let t = self.tally(variant).unwrap_or(&empty);
+        let precision = Metric::ALL.iter().find_map(|m| m.of(t).precision());
+        VariantStats {
+            variant: variant.to_string(),
+            rounds: t.rounds() as usize,
+            writes_honoured: t.writes_honoured(),
+            rounds_with_disagreements: t.rounds_with_disagreements() as usize,
+            cpu0_exit_latency_cycles: t.cpu0_exit().summary(),
+            other_exit_latency_cycles: t.other_exit().summary(),
+            skew_cycles: t.skew().summary(),
+            precision_digits: precision,
+        }
+    }
+}
+
+/// Everything measured, in memory that does not grow with the rounds.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    /// Host facts (from the first VM).
+    pub host: HostInfo,
+    /// Each variant's rounds, summed up.
+    pub tallies: Tallies,
+    /// VMs created.
+    pub vms: u32,
+    /// Wall time of the measurement, VM creation included.
+    pub elapsed: Duration,
+    /// Observations about the runs.
+    pub notes: Vec<String>,
+    /// How long the measurement was asked to run (`--duration`), if by time.
+    pub duration: Option<Duration>,
+}
+
+impl From<CompareData> for Measured {
+    fn from(d: CompareData) -> Measured {
+        let mut tallies = Tallies::default();
+        for r in &d.rounds {
+            tallies.add(&r.result);
+        }
+        tallies.warmup_rounds_run = d.warmup_rounds_run;
+        Measured {
+            host: d.host,
+            tallies,
+            vms: d.vms,
+            elapsed: d.elapsed,
+            notes: d.notes,
+            duration: None,
+        }
+    }
+}
+
+/// `compare`'s summary record in its `--output` (schema
+/// `tsc-rendezvous/summary/v1`, see [`crate::report::summary`]).
+#[derive(Debug, Serialize)]
+pub struct SummaryRecord<'a> {
+    /// [`crate::report::summary::SUMMARY_SCHEMA`].
+    pub schema: &'static str,
+    /// `compare`.
+    pub command: &'static str,
+    /// This tool's version.
+    pub tool_version: &'static str,
+    /// Seconds since the measurement started.
+    pub elapsed_seconds: f64,
+    /// vCPUs per VM.
+    pub vcpus: u32,
+    /// The seed of the schedule.
+    pub seed: u64,
+    /// The variants; the first is the baseline.
+    pub variants: &'a [String],
+    /// Measured rounds so far, all variants.
+    pub measured_rounds: u64,
+    /// Warm-up rounds run so far.
+    pub warmup_rounds_run: u32,
+    /// Each variant's statistics so far.
+    pub per_variant: Vec<VariantStats>,
+}
+
+impl<'a> SummaryRecord<'a> {
+    /// The record of what `m` holds.
+    pub fn new(
+        m: &Tallies,
+        vcpus: u32,
+        seed: u64,
+        variants: &'a [String],
+        elapsed: Duration,
+    ) -> SummaryRecord<'a> {
+        SummaryRecord {
+            schema: crate::report::summary::SUMMARY_SCHEMA,
+            command: "compare",
+            tool_version: env!("CARGO_PKG_VERSION"),
+            elapsed_seconds: elapsed.as_secs_f64(),
+            vcpus,
+            seed,
+            variants,
+            measured_rounds: m.measured_rounds,
+            warmup_rounds_run: m.warmup_rounds_run,
+            per_variant: variants.iter().map(|v| m.stats(v)).collect(),
+        }
+    }
 }
 
 /// The metrics compared.
@@ -137,6 +286,15 @@ impl Metric {
             Metric::Cpu0ExitLatencyCycles => "CPU 0 loop-exit time (cycles)",
             Metric::OtherExitLatencyCycles => "other vCPUs' loop-exit times (cycles)",
             Metric::SkewCycles => "skew (cycles)",
+        }
+    }
+
+    /// The metric's distribution in a variant's tally.
+    pub fn of(self, t: &VariantAccumulator) -> &Distribution {
+        match self {
+            Metric::Cpu0ExitLatencyCycles => t.cpu0_exit(),
+            Metric::OtherExitLatencyCycles => t.other_exit(),
+            Metric::SkewCycles => t.skew(),
         }
     }
 
@@ -175,6 +333,10 @@ pub struct VariantStats {
     pub other_exit_latency_cycles: Option<Summary>,
     /// The skew.
     pub skew_cycles: Option<Summary>,
+    /// Significant digits of the statistics once a metric had more values
+    /// than are kept exactly (a histogram); absent while they are exact.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub precision_digits: Option<u8>,
 }
 
 /// One variant against the reference variant (the first named) on one
@@ -215,8 +377,12 @@ pub struct CompareReport {
     pub vcpus: u32,
     /// The variants; the first is the baseline.
     pub variants: Vec<String>,
-    /// Measured rounds per variant.
+    /// Measured rounds per variant (by time: the fewest any variant had).
     pub rounds_per_variant: u32,
+    /// How long the measurement was asked to run (`--duration`), seconds;
+    /// absent when it ran a number of rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<f64>,
     /// The seed of the schedule and the bootstrap.
     pub seed: u64,
     /// How the rounds were ordered.

@@ -3,14 +3,48 @@
 //! line per variant. The x axes show the body of the distributions (they end
 //! at 1.25 times the largest 90th percentile, [`x_range`]); how many rounds
 //! lie beyond is in the legend ([`legend`]), and the maxima are in the table.
+//! The curves come from each variant's bounded distribution ([`PlotData`]):
+//! every value while they are kept, every histogram bin after.
 
+use std::borrow::Cow;
 use std::path::Path;
 
 use plotters::prelude::*;
 
+use crate::distribution::Distribution;
 use crate::stats::percentile_sorted;
 
-use super::{CompareReport, MeasuredRound, Metric};
+use super::{CompareReport, Measured, MeasuredRound, Metric};
+
+/// What a plot is drawn from: each variant's distribution of a metric.
+pub trait PlotData {
+    /// The distribution of `metric` over `variant`'s rounds (`None`: none).
+    fn distribution(&self, variant: &str, metric: Metric) -> Option<Cow<'_, Distribution>>;
+}
+
+impl PlotData for Measured {
+    fn distribution(&self, variant: &str, metric: Metric) -> Option<Cow<'_, Distribution>> {
+        self.tallies
+            .tally(variant)
+            .map(|t| Cow::Borrowed(metric.of(t)))
+    }
+}
+
+impl PlotData for [MeasuredRound] {
+    fn distribution(&self, variant: &str, metric: Metric) -> Option<Cow<'_, Distribution>> {
+        let mut d = Distribution::with_limit(usize::MAX);
+        for x in metric.values(self, variant) {
+            d.record(x);
+        }
+        Some(Cow::Owned(d))
+    }
+}
+
+impl PlotData for Vec<MeasuredRound> {
+    fn distribution(&self, variant: &str, metric: Metric) -> Option<Cow<'_, Distribution>> {
+        self.as_slice().distribution(variant, metric)
+    }
+}
 
 /// Line colours, readable on white (the tab10 palette's first four).
 const COLORS: [RGBColor; 4] = [
@@ -22,11 +56,6 @@ const COLORS: [RGBColor; 4] = [
 
 /// Width and height of the SVG, pixels.
 pub const SIZE: (u32, u32) = (1200, 480);
-
-fn sorted(mut v: Vec<f64>) -> Vec<f64> {
-    v.sort_by(f64::total_cmp);
-    v
-}
 
 /// The x range of a panel showing the sorted samples `series`: from the
 /// smallest value to 1.25 times the largest 90th percentile (R's type 7), or
@@ -44,6 +73,30 @@ pub fn x_range(series: &[&[f64]]) -> (f64, f64) {
     let p90 = nonempty()
         .map(|s| percentile_sorted(s, 90.0))
         .fold(f64::NEG_INFINITY, f64::max);
+    axis(lo, p90, max)
+}
+
+/// [`x_range`] of distributions: the same rule on their minima, 90th
+/// percentiles and maxima (exact while the values are kept, within the
+/// histogram's precision after).
+pub fn x_range_of(series: &[&Distribution]) -> (f64, f64) {
+    let nonempty = || series.iter().filter(|d| !d.is_empty());
+    let lo = nonempty()
+        .filter_map(|d| d.min())
+        .fold(f64::INFINITY, f64::min);
+    let max = nonempty()
+        .filter_map(|d| d.max())
+        .fold(f64::NEG_INFINITY, f64::max);
+    let p90 = nonempty()
+        .map(|d| d.percentile(90.0))
+        .fold(f64::NEG_INFINITY, f64::max);
+    axis(lo, p90, max)
+}
+
+/// The axis from the smallest value `lo` to 1.25 times the largest 90th
+/// percentile, or to the largest value `max` when that is smaller; a
+/// degenerate one widened.
+fn axis(lo: f64, p90: f64, max: f64) -> (f64, f64) {
     let hi = (1.25 * p90).min(max);
     if lo.is_finite() && hi > lo {
         (lo, hi)
@@ -70,11 +123,39 @@ pub fn legend(name: &str, values: &[f64], hi: f64) -> String {
     )
 }
 
-/// Draws the CDFs of `report`'s variants into the SVG file `path`.
-pub fn draw_plot(
+/// [`legend`] of a distribution.
+pub fn legend_of(name: &str, d: &Distribution, hi: f64) -> String {
+    format!(
+        "{name} (n = {}, {} beyond the axis)",
+        d.len(),
+        d.count_above(hi)
+    )
+}
+
+/// The CDF of `d` up to `hi` as a line: for each value (or bin) from the
+/// fraction below it plus one value to the fraction at or below it, as the
+/// line through every sorted value at (x, rank / n) is.
+fn cdf_points(d: &Distribution, hi: f64) -> Vec<(f64, f64)> {
+    let step = 1.0 / d.len().max(1) as f64;
+    let mut below = 0.0;
+    let mut points = Vec::new();
+    for (x, at_or_below) in d.ecdf() {
+        if x > hi {
+            break;
+        }
+        points.push((x, (below + step).min(at_or_below)));
+        points.push((x, at_or_below));
+        below = at_or_below;
+    }
+    points
+}
+
+/// Draws the CDFs of `report`'s variants, from `data` (what was measured, or
+/// the list of measured rounds), into the SVG file `path`.
+pub fn draw_plot<D: PlotData + ?Sized>(
     path: &Path,
     report: &CompareReport,
-    rounds: &[MeasuredRound],
+    data: &D,
 ) -> Result<(), String> {
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -91,14 +172,14 @@ pub fn draw_plot(
     let panels = root.split_evenly((1, 2));
     let metrics = [Metric::Cpu0ExitLatencyCycles, Metric::SkewCycles];
     for (area, metric) in panels.iter().zip(metrics) {
-        let series: Vec<(String, Vec<f64>)> = report
+        let series: Vec<(&String, Cow<'_, Distribution>)> = report
             .variants
             .iter()
-            .map(|v| (v.clone(), sorted(metric.values(rounds, v))))
-            .filter(|(_, s)| !s.is_empty())
+            .filter_map(|v| data.distribution(v, metric).map(|d| (v, d)))
+            .filter(|(_, d)| !d.is_empty())
             .collect();
-        let sorted_series: Vec<&[f64]> = series.iter().map(|(_, s)| s.as_slice()).collect();
-        let (lo, hi) = x_range(&sorted_series);
+        let dists: Vec<&Distribution> = series.iter().map(|(_, d)| d.as_ref()).collect();
+        let (lo, hi) = x_range_of(&dists);
         let mut chart = ChartBuilder::on(area)
             .caption(metric.title(), ("sans-serif", 16))
             .margin(12)
@@ -113,18 +194,12 @@ pub fn draw_plot(
             .x_label_formatter(&|x| format!("{x:.0}"))
             .draw()
             .map_err(|e| e.to_string())?;
-        for (i, (name, s)) in series.iter().enumerate() {
+        for (i, (name, d)) in series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()].to_rgba();
-            let n = s.len() as f64;
-            let points = s
-                .iter()
-                .enumerate()
-                .take_while(|(_, &x)| x <= hi)
-                .map(|(k, &x)| (x, (k + 1) as f64 / n));
             chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .draw_series(LineSeries::new(cdf_points(d, hi), color.stroke_width(2)))
                 .map_err(|e| e.to_string())?
-                .label(legend(name, s, hi))
+                .label(legend_of(name, d, hi))
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                 });
@@ -177,6 +252,33 @@ mod tests {
         assert_eq!(x_range(&[]), (0.0, 1.0));
         let empty: [f64; 0] = [];
         assert_eq!(x_range(&[&empty, &[3.0, 3.0]]), (2.0, 4.0));
+    }
+
+    /// From distributions the axis and the legend are the ones the values
+    /// give: exactly while the values are kept, within the histogram's
+    /// precision after.
+    #[test]
+    fn distributions_give_the_axis_and_the_legend_of_their_values() {
+        let mut w: Vec<f64> = (0..20).map(|i| 20_000.0 + 100.0 * f64::from(i)).collect();
+        w.extend([2.0e7, 3.0e7]);
+        let (mut exact, mut hist) = (Distribution::default(), Distribution::with_limit(0));
+        for &x in &w {
+            exact.record(x);
+            hist.record(x);
+        }
+        assert_eq!(x_range_of(&[&exact]), x_range(&[&w]));
+        let (_, hi) = x_range(&[&w]);
+        assert_eq!(legend_of("v", &exact, hi), legend("v", &w, hi));
+        let (lo_h, hi_h) = x_range_of(&[&hist]);
+        assert_eq!(lo_h, 20_000.0, "the minimum stays exact");
+        assert!((hi_h - hi).abs() <= 1e-3 * hi, "{hi_h} vs {hi}");
+        assert_eq!(hist.count_above(hi), 2);
+        // The line of the exact distribution is the line through every
+        // sorted value at (x, rank / n), up to the axis.
+        let line = cdf_points(&exact, hi);
+        assert_eq!(line.first(), Some(&(20_000.0, 1.0 / 22.0)));
+        assert_eq!(line.last(), Some(&(21_900.0, 20.0 / 22.0)));
+        assert!(line.iter().all(|&(x, _)| x <= hi));
     }
 
     /// The legend counts the values strictly beyond the end of the axis.

@@ -20,9 +20,15 @@ fn summary_of(v: &VariantStats, m: Metric) -> Option<&Summary> {
 /// Renders the report as text.
 pub fn render_text(r: &CompareReport) -> String {
     let mut o = String::new();
+    let by_time = r.duration_seconds.map_or_else(String::new, |s| {
+        format!(
+            " (by time: {})",
+            crate::report::progress::hms(std::time::Duration::from_secs_f64(s.max(0.0)))
+        )
+    });
     let _ = writeln!(
         o,
-        "tsc-rendezvous {}: compare {} on {} vCPU(s), {} measured rounds per variant",
+        "tsc-rendezvous {}: compare {} on {} vCPU(s), {} measured rounds per variant{by_time}",
         r.tool_version,
         r.variants.join(" vs "),
         r.vcpus,
@@ -105,6 +111,13 @@ pub fn render_text(r: &CompareReport) -> String {
                 );
             }
         }
+    }
+    if let Some(d) = r.per_variant.iter().find_map(|v| v.precision_digits) {
+        let _ = writeln!(
+            o,
+            "  {} The comparisons below use the histograms too.",
+            crate::report::precision_line(d)
+        );
     }
     let _ = writeln!(
         o,

@@ -11,6 +11,10 @@ use crate::distribution::{Distribution, SIGNIFICANT_DIGITS};
 use crate::host::cycles_to_ns;
 use crate::stats::Summary;
 
+/// Past this many rounds the running median skew (for the typical round)
+/// is worked out again every this many rounds.
+const MEDIAN_EVERY: u64 = 128;
+
 /// How many disagreements are kept verbatim.
 const FIRST_DISAGREEMENTS: usize = 5;
 
@@ -26,7 +30,11 @@ pub struct VariantAccumulator {
     honoured: (bool, bool),
     /// The running median of the skew, for choosing the typical round.
     skew_median: Option<Histogram<u64>>,
+    /// The running median as last worked out.
+    cached_median: Option<i128>,
     typical: Option<RoundResult>,
+    /// Whether the typical round is kept (`compare` needs none).
+    keep_typical: bool,
 }
 
 impl Default for VariantAccumulator {
@@ -47,7 +55,18 @@ impl VariantAccumulator {
             first_disagreements: Vec::new(),
             honoured: (false, false),
             skew_median: Histogram::new(SIGNIFICANT_DIGITS).ok(),
+            cached_median: None,
             typical: None,
+            keep_typical: true,
+        }
+    }
+
+    /// As [`VariantAccumulator::new`], without keeping a typical round.
+    pub fn without_typical() -> VariantAccumulator {
+        VariantAccumulator {
+            skew_median: None,
+            keep_typical: false,
+            ..VariantAccumulator::new()
         }
     }
 
@@ -88,10 +107,21 @@ impl VariantAccumulator {
             Some(false) => self.honoured.1 = true,
             None => {}
         }
-        // The typical round: the one nearest the median skew so far.
+        if !self.keep_typical {
+            return;
+        }
+        // The typical round: the one nearest the median skew so far. The
+        // median walks the histogram's bins; past the first rounds it moves
+        // slowly, so it is worked out again only every MEDIAN_EVERY rounds
+        // (the per-round cost stays small and flat).
+        let rounds = self.rounds;
+        let cached = &mut self.cached_median;
         let median = self.skew_median.as_mut().map(|h| {
             let _ = h.record(r.skew_cycles);
-            h.value_at_quantile(0.5) as i128
+            if rounds <= MEDIAN_EVERY || rounds % MEDIAN_EVERY == 0 || cached.is_none() {
+                *cached = Some(h.value_at_quantile(0.5) as i128);
+            }
+            cached.unwrap_or(0)
         });
         let closer = match (&self.typical, median) {
             (None, _) => true,
@@ -127,9 +157,35 @@ impl VariantAccumulator {
         self.typical.as_ref()
     }
 
-    /// The skew's distribution (e.g. for a progress line).
+    /// The skew's distribution.
     pub fn skew(&self) -> &Distribution {
         &self.skew
+    }
+
+    /// CPU 0's exit times.
+    pub fn cpu0_exit(&self) -> &Distribution {
+        &self.cpu0_exit
+    }
+
+    /// The other vCPUs' exit times.
+    pub fn other_exit(&self) -> &Distribution {
+        &self.other_exit
+    }
+
+    /// Rounds in which any two methods disagreed.
+    pub fn rounds_with_disagreements(&self) -> u64 {
+        self.disagreeing
+    }
+
+    /// The median skew so far, cheaply (for a progress line): from the
+    /// running histogram while the typical round is kept, else from the
+    /// distribution. `None` before the first round.
+    pub fn median_skew(&self) -> Option<f64> {
+        match &self.skew_median {
+            Some(h) if !h.is_empty() => Some(h.value_at_quantile(0.5) as f64),
+            _ if self.skew.is_empty() => None,
+            _ => Some(self.skew.percentile(50.0)),
+        }
     }
 
     /// The summary of the rounds so far.
@@ -298,5 +354,40 @@ mod tests {
         assert_eq!(acc.writes_honoured(), None);
         // No exit time applies: no summary of it, never zeros.
         assert!(acc.summary(None).cpu0_exit_latency_cycles.is_none());
+    }
+
+    /// `compare` keeps no typical round; both forms give the same
+    /// statistics, and the median skew for a progress line is the median.
+    #[test]
+    fn without_a_typical_round_the_statistics_are_the_same() {
+        let rs = rounds(300);
+        let (mut with, mut without) = (
+            VariantAccumulator::new(),
+            VariantAccumulator::without_typical(),
+        );
+        assert_eq!(with.median_skew(), None);
+        for r in &rs {
+            with.add(r);
+            without.add(r);
+        }
+        assert!(without.typical().is_none());
+        assert!(with.typical().is_some());
+        let (a, b) = (with.summary(None), without.summary(None));
+        assert_eq!(
+            a.skew_cycles.as_ref().map(|s| s.median),
+            b.skew_cycles.as_ref().map(|s| s.median)
+        );
+        assert_eq!(b.typical_round, None);
+        let exact = summarize_run(&rs, None)
+            .skew_cycles
+            .map_or(0.0, |s| s.median);
+        for m in [with.median_skew(), without.median_skew()] {
+            let m = m.unwrap_or(f64::NAN);
+            assert!((m - exact).abs() <= 1e-3 * exact + 13.0, "{m} vs {exact}");
+        }
+        assert_eq!(
+            without.rounds_with_disagreements(),
+            a.rounds_with_disagreements as u64
+        );
     }
 }

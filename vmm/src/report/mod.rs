@@ -1,8 +1,15 @@
 //! Reports: the JSON document (schema `tsc-rendezvous/run/v1`, in
-//! `vmm/schema/run-v1.json`) and the readable text built from the same data.
+//! `vmm/schema/run-v1.json`, written as the rounds complete by [`stream`]),
+//! the readable text built from the same summaries, the progress line of a
+//! long run ([`progress`]) and the summary records a soak writes to its
+//! `--output` ([`summary`]). What a variant's run keeps is bounded
+//! ([`VariantAccumulator`]): its statistics and its typical round, never its
+//! rounds.
 
 mod accumulate;
+pub mod progress;
 pub mod stream;
+pub mod summary;
 mod text;
 
 pub use accumulate::VariantAccumulator;
@@ -14,7 +21,7 @@ use crate::host::{cycles_to_ns, HostInfo};
 use crate::rounds::RunFacts;
 use crate::stats::{summarize, Summary};
 
-pub use text::{fmt_num, render_text};
+pub use text::{fmt_num, precision_line, render_text};
 
 /// Why a report could not be printed.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
@@ -73,8 +80,9 @@ pub fn round_line(vcpu_count: u32, round: &RoundResult) -> serde_json::Result<St
     })
 }
 
-/// One variant's run, as reported.
-#[derive(Clone, Debug, Serialize)]
+/// One variant's run, as reported: its statistics and its typical round
+/// (the rounds themselves were streamed as they completed, not kept).
+#[derive(Clone, Debug)]
 pub struct VariantReport {
     /// The variant's name.
     pub variant: String,
@@ -87,8 +95,9 @@ pub struct VariantReport {
     pub summary: RunSummary,
     /// Observations about the run as a whole.
     pub notes: Vec<String>,
-    /// The rounds.
-    pub rounds: Vec<RoundResult>,
+    /// The round whose skew was nearest the median as the rounds went by
+    /// ([`RunSummary::typical_round`]).
+    pub typical: Option<RoundResult>,
 }
 
 /// Statistics of one variant over its rounds.
@@ -116,24 +125,27 @@ pub struct RunSummary {
     pub precision_digits: Option<u8>,
 }
 
-/// The whole JSON document.
-#[derive(Clone, Debug, Serialize)]
+/// The whole readable report (the JSON document has the same content, with
+/// every round, and is streamed: [`stream::JsonStream`]).
+#[derive(Clone, Debug)]
 pub struct Report {
-    /// [`SCHEMA`].
-    pub schema: &'static str,
     /// This tool's version.
     pub tool_version: &'static str,
     /// Host facts.
     pub host: HostInfo,
     /// vCPU count.
     pub vcpus: u32,
-    /// Rounds per variant.
+    /// Rounds per variant asked for (with a duration: the most any variant
+    /// ran).
     pub rounds_per_variant: u32,
+    /// Each variant's share of `--duration`, when the run was by time.
+    pub duration_per_variant: Option<std::time::Duration>,
     /// One entry per variant, in the order run.
     pub runs: Vec<VariantReport>,
 }
 
-/// Summarises one variant's run.
+/// Summarises rounds held in a list, exactly (the reference the bounded
+/// [`VariantAccumulator`] is tested against).
 pub fn summarize_run(rounds: &[RoundResult], tsc_khz: Option<u32>) -> RunSummary {
     let skew = summarize(rounds.iter().map(|r| r.skew_cycles as f64));
     let skew_ns = tsc_khz.and_then(|khz| {
@@ -196,8 +208,8 @@ pub fn overall_honoured(rounds: &[RoundResult]) -> Option<bool> {
 }
 
 /// Builds the report of one variant's run from what it said about itself and
-/// its rounds.
-pub fn variant_report(variant: &str, facts: RunFacts, rounds: Vec<RoundResult>) -> VariantReport {
+/// what its rounds added up to.
+pub fn variant_report(variant: &str, facts: RunFacts, acc: &VariantAccumulator) -> VariantReport {
     let mut notes = facts.notes;
     if facts.spin_breaker {
         notes.push(SPIN_BREAKER_NOTE.into());
@@ -205,10 +217,10 @@ pub fn variant_report(variant: &str, facts: RunFacts, rounds: Vec<RoundResult>) 
     VariantReport {
         variant: variant.to_string(),
         vcpus: facts.vcpus,
-        writes_honoured: overall_honoured(&rounds),
-        summary: summarize_run(&rounds, facts.host.tsc_khz),
+        writes_honoured: acc.writes_honoured(),
+        summary: acc.summary(facts.host.tsc_khz),
         notes,
-        rounds,
+        typical: acc.typical().cloned(),
     }
 }
 

@@ -1,7 +1,9 @@
 //! `run --json` written as the rounds complete: the document's head, then
 //! each variant's rounds one per line as they come, then its summary, and the
-//! host facts last; so the memory of a run does not grow with its rounds, and
-//! a run stopped by a signal still ends with a complete document.
+//! host facts and the round count last; so the memory of a run does not grow
+//! with its rounds, and a run stopped by a signal still ends with a complete
+//! document. The caller begins the document and each run at its first round,
+//! so that every run has rounds (as the schema requires).
 
 use std::io::{self, Write};
 
@@ -49,15 +51,20 @@ pub struct JsonStream<W: Write> {
 
 impl<W: Write> JsonStream<W> {
     /// Writes the document's head.
-    pub fn begin(mut out: W, vcpus: u32, rounds_per_variant: u32) -> io::Result<JsonStream<W>> {
+    pub fn begin(mut out: W, vcpus: u32) -> io::Result<JsonStream<W>> {
         write!(
             out,
-            "{{\"schema\":{},\"tool_version\":{},\"vcpus\":{vcpus},\"rounds_per_variant\":{rounds_per_variant},\"runs\":[",
+            "{{\"schema\":{},\"tool_version\":{},\"vcpus\":{vcpus},\"runs\":[",
             json(SCHEMA)?,
             json(env!("CARGO_PKG_VERSION"))?
         )?;
         out.flush()?;
         Ok(JsonStream { out, at: At::Runs })
+    }
+
+    /// Whether a run is open (begun and not ended).
+    pub fn in_run(&self) -> bool {
+        matches!(self.at, At::Rounds | At::AfterRound)
     }
 
     /// Starts a variant's run.
@@ -79,7 +86,8 @@ impl<W: Write> JsonStream<W> {
         } else {
             "\n"
         };
-        write!(self.out, "{sep}{}", json(r)?)?;
+        self.out.write_all(sep.as_bytes())?;
+        serde_json::to_writer(&mut self.out, r).map_err(io::Error::other)?;
         self.at = At::AfterRound;
         self.out.flush()
     }
@@ -94,9 +102,23 @@ impl<W: Write> JsonStream<W> {
         self.out.flush()
     }
 
-    /// Ends the document with the host facts.
-    pub fn end(mut self, host: &HostInfo) -> io::Result<W> {
-        write!(self.out, "\n],\"host\":{}}}\n", json(host)?)?;
+    /// Ends the document with the host facts, the rounds per variant (asked
+    /// for; with a duration, the most any variant ran) and, for a run by
+    /// time, each variant's share of the duration.
+    pub fn end(
+        mut self,
+        host: &HostInfo,
+        rounds_per_variant: u32,
+        duration_per_variant: Option<std::time::Duration>,
+    ) -> io::Result<W> {
+        let duration = duration_per_variant.map_or_else(String::new, |d| {
+            format!(",\"duration_per_variant_seconds\":{}", d.as_secs_f64())
+        });
+        write!(
+            self.out,
+            "\n],\"rounds_per_variant\":{rounds_per_variant}{duration},\"host\":{}}}\n",
+            json(host)?
+        )?;
         self.at = At::Done;
         self.out.flush()?;
         Ok(self.out)
@@ -149,9 +171,11 @@ mod tests {
     /// in order and each run's summary of exactly its rounds.
     #[test]
     fn a_streamed_document_is_one_valid_document() {
-        let mut s = JsonStream::begin(Vec::new(), 2, 3).expect("head");
+        let mut s = JsonStream::begin(Vec::new(), 2).expect("head");
         for (variant, skews) in [("xen-4.15", [5u64, 7, 6]), ("xen-head", [9, 8, 10])] {
+            assert!(!s.in_run());
             s.begin_run(variant, 2).expect("run");
+            assert!(s.in_run());
             let mut acc = VariantAccumulator::new();
             for (i, &k) in skews.iter().enumerate() {
                 let r = round(i as u32, k);
@@ -166,9 +190,13 @@ mod tests {
             })
             .expect("tail");
         }
-        let bytes = s.end(&host()).expect("end");
+        let bytes = s
+            .end(&host(), 3, Some(std::time::Duration::from_millis(2500)))
+            .expect("end");
         let doc: serde_json::Value = serde_json::from_slice(&bytes).expect("one JSON document");
         assert_eq!(doc["schema"], SCHEMA);
+        assert_eq!(doc["rounds_per_variant"], 3);
+        assert_eq!(doc["duration_per_variant_seconds"], 2.5);
         assert_eq!(doc["host"]["kvm_flavor"], "pvm");
         let runs = doc["runs"].as_array().expect("runs");
         assert_eq!(runs.len(), 2);

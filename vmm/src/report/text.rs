@@ -7,7 +7,7 @@ use crate::host::{cycles_to_ns, windows_line, HostInfo, HostThreads, KvmFlavor};
 use crate::stats::Summary;
 use crate::vstate::sync_area::SyncRound;
 
-use super::{Report, VariantReport};
+use super::{progress, Report, VariantReport};
 
 fn flavor_line(h: &HostInfo) -> String {
     match h.kvm_flavor {
@@ -145,11 +145,7 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
     if let (Some(w), true) = (&host.sync_windows, v.variant == LINUX) {
         let _ = writeln!(out, "  Windows: {}", windows_line(w));
     }
-    if let Some(r) = v
-        .summary
-        .typical_round
-        .and_then(|t| v.rounds.iter().find(|r| r.round == t))
-    {
+    if let Some(r) = &v.typical {
         let what = match (&r.sync, r.vcpus.first()) {
             (Some(s), _) => format!(
                 "{} of {} AP(s) synchronised with vCPU 0, largest warp {} cycles",
@@ -218,6 +214,9 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
         "other exit times (cycles)",
         &v.summary.other_exit_latency_cycles,
     );
+    if let Some(d) = v.summary.precision_digits {
+        let _ = writeln!(out, "  {}", precision_line(d));
+    }
     if v.summary.rounds_with_disagreements == 0 {
         let _ = writeln!(
             out,
@@ -236,6 +235,15 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
     for n in &v.notes {
         let _ = writeln!(out, "  Note: {n}");
     }
+}
+
+/// What a summary past the exact limit is made of, in words.
+pub fn precision_line(digits: u8) -> String {
+    format!(
+        "Past {} values per metric the statistics come from a histogram: percentiles to {digits} \
+         significant digits; counts, minima and maxima exact.",
+        fmt_num(crate::distribution::EXACT_LIMIT as f64)
+    )
 }
 
 /// The name of Linux's sync, the variant the windows are for.
@@ -285,10 +293,14 @@ fn host_threads_section(out: &mut String, h: &HostInfo, t: &HostThreads) {
 pub fn render_text(r: &Report) -> String {
     let h = &r.host;
     let mut out = String::new();
+    let per_variant = match r.duration_per_variant {
+        Some(d) => format!("{} per variant (by time)", progress::hms(d)),
+        None => format!("{} round(s) per variant", r.rounds_per_variant),
+    };
     let _ = writeln!(
         out,
-        "tsc-rendezvous {}: TSC synchronisation on {} vCPU(s), {} round(s) per variant",
-        r.tool_version, r.vcpus, r.rounds_per_variant
+        "tsc-rendezvous {}: TSC synchronisation on {} vCPU(s), {per_variant}",
+        r.tool_version, r.vcpus
     );
     let _ = writeln!(out, "\nHost");
     if let Some(t) = h.host_threads.as_ref().filter(|_| h.on_host_threads()) {
