@@ -231,6 +231,7 @@ fn host() -> HostInfo {
         backend: tsc_vmm::options::Backend::Kvm,
         host_threads: None,
         sync_windows: None,
+        initial_skew_cycles: None,
     }
 }
 
@@ -301,6 +302,7 @@ fn options(variants: Vec<Variant>, rounds: u32) -> CompareOptions {
         image: None,
         backend: tsc_vmm::options::Backend::Kvm,
         sync_windows_ms: (20, 2),
+        initial_skew: None,
     }
 }
 

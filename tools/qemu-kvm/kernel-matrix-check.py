@@ -99,6 +99,7 @@ class Kernel:
         self.qemu_seconds = None
         self.extra = []  # checks beyond the known ones: "8 id VERDICT"
         self.restore = None  # "documented kept, msr snapped, ..." or a failure
+        self.skew = None  # "kept by xen-std, removed by 5" / "refused" or a failure
 
     def fail(self, check, verdict, reason):
         self.failures.append(
@@ -134,6 +135,7 @@ class Kernel:
         self.judge_junit()
         self.judge_run(res)
         self.judge_restore(res)
+        self.judge_skew(res)
         self.judge_tests(res)
 
     def judge_boot(self, boot, res):
@@ -412,6 +414,46 @@ class Kernel:
                 summary.append(f"{name} {before}->{after}")
         self.restore = "; ".join(summary)
 
+    def judge_skew(self, res):
+        """`run --initial-skew`: refused (exit 2, naming KVM_VCPU_TSC_OFFSET) without the
+        attribute; with it, set exactly, kept to the cycle by xen-std and removed by
+        every variant that writes."""
+        rc, extra = self.step_rc(res, "skew")
+        if rc is None:
+            self.fail("initial skew", "not run", "results.txt has no skew step")
+            return
+        stderr = clip(read_text(os.path.join(self.dir, "skew.stderr")) or "")
+        if not self.has_offset_attr():
+            if rc != "2" or "KVM_VCPU_TSC_OFFSET" not in stderr:
+                self.fail("initial skew", f"exit {rc}{extra}",
+                          f"Linux {self.release} lacks KVM_VCPU_TSC_OFFSET: expected exit 2 naming it; stderr: {stderr or '(empty)'}")
+            self.skew = "refused (no attr)"
+            return
+        doc, why = read_json(os.path.join(self.dir, "skew.json"))
+        if rc != "0" or doc is None:
+            self.skew = "failed"
+            self.fail("initial skew", f"exit {rc}{extra}", f"expected 0 and a report; {why or ''}; stderr: {stderr or '(empty)'}")
+            return
+        asked = (doc.get("host") or {}).get("initial_skew_cycles")
+        if not isinstance(asked, int) or asked <= 0:
+            self.fail("initial skew", f"initial_skew_cycles {asked!r}", "expected the skew asked for in host")
+            return
+        removed = 0
+        for run in doc.get("runs") or []:
+            name = run.get("variant")
+            skews = [r.get("skew_cycles") for r in run.get("rounds") or []]
+            if not skews or any(not isinstance(x, int) for x in skews):
+                self.fail("initial skew", name, f"no skews: {skews}")
+                continue
+            if name == "xen-std":
+                if any(x != asked for x in skews):
+                    self.fail("initial skew", "xen-std", f"writes no TSC: expected every round's skew {asked}; got {skews}")
+            elif skews[0] >= asked // 10:
+                self.fail("initial skew", name, f"expected its first round to remove most of the {asked} cycles; left {skews[0]}")
+            else:
+                removed += 1
+        self.skew = f"xen-std kept, {removed} removed"
+
     def judge_tests(self, res):
         names = (res.get("tests") or "").split()
         if not names:
@@ -456,6 +498,7 @@ class Kernel:
         else:
             cells.append("-")
         cells.append(self.restore or "-")
+        cells.append(self.skew or "-")
         cells.append(self.seconds or "-")
         cells.append(", ".join(self.extra) or "-")
         cells.append("ok" if not self.failures else f"FAILED ({len(self.failures)})")
@@ -464,7 +507,7 @@ class Kernel:
 
 def table(rows):
     head = ["kernel", "release"] + [str(n) for n in range(1, N_CHECKS + 1)] + [
-        "run honoured", "tests ok", "restore (skew cycles)", "seconds", "other checks", "result"]
+        "run honoured", "tests ok", "restore (skew cycles)", "initial skew", "seconds", "other checks", "result"]
     widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -501,6 +544,7 @@ def main(argv):
                         "release": k.release,
                         "verdicts": {CHECK_IDS[n - 1]: k.verdicts.get(n) for n in range(1, N_CHECKS + 1)},
                         "restore": k.restore,
+                        "initial_skew": k.skew,
                         "other_checks": k.extra,
                         "run_honoured": k.honoured,
                         "tests": dict(k.tests),

@@ -11,6 +11,7 @@
 #   check.ktap           its --ktap file (when the binary has the option)
 #   run.json / .stderr   `tsc-rendezvous run --json ...` and its stderr
 #   restore.json / .stderr `tsc-rendezvous restore --json ...` and its stderr
+#   skew.json / .stderr  `tsc-rendezvous run --json --initial-skew ...` and its stderr
 #   test-NAME.log        each integration test binary's output (CI=1: no skipping)
 #   dmesg.txt            the guest kernel log at the end
 #
@@ -23,6 +24,7 @@
 #   TSC_CHECK_ARGS    extra arguments of `check` (default: the matrix's)
 #   TSC_RUN_ARGS      arguments of `run` after `run --json` (default: the matrix's)
 #   TSC_RESTORE_ARGS  arguments of `restore` after `restore --json` (default: the matrix's)
+#   TSC_SKEW_ARGS     arguments of the --initial-skew run after `run --json` (default: the matrix's)
 #   TSC_STEP_TIMEOUT  time limit of each step in seconds (default 300)
 
 out=${TSC_QEMU_OUT:-/out}
@@ -34,6 +36,7 @@ limit=${TSC_STEP_TIMEOUT:-300}
 check_args=${TSC_CHECK_ARGS:---rounds 50 --warp-iterations 5000}
 run_args=${TSC_RUN_ARGS:---vcpus 2 --rounds 20}
 restore_args=${TSC_RESTORE_ARGS:---vcpus 2 --delay-ms 500 --warp-iterations 2000}
+skew_args=${TSC_SKEW_ARGS:---vcpus 2 --rounds 3 --initial-skew 100000000}
 status=0
 
 put() { echo "$1=$2" >>"$res"; }
@@ -103,7 +106,12 @@ step run "$out/run.json" "$out/run.stderr" "$bin" run --json $run_args
 # shellcheck disable=SC2086
 step restore "$out/restore.json" "$out/restore.stderr" "$bin" restore --json $restore_args
 
-# 4. the real-VM integration tests; CI=1 turns "no /dev/kvm, skipped" into a failure.
+# 4. every variant from a skew set through KVM_VCPU_TSC_OFFSET (exit 2 where the
+#    kernel lacks it: the host judges which).
+# shellcheck disable=SC2086
+step skew "$out/skew.json" "$out/skew.stderr" "$bin" run --json $skew_args
+
+# 5. the real-VM integration tests; CI=1 turns "no /dev/kvm, skipped" into a failure.
 tests=
 for t in ${TSC_TESTS:-}; do
     tname=${t##*/}

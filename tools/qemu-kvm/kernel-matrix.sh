@@ -55,7 +55,7 @@ EOF
 }
 
 suites="bullseye,bookworm,trixie"
-tests="kvm_run,check,kvm_compare,faults,signals,restore"
+tests="kvm_run,check,kvm_compare,faults,signals,restore,initial_skew"
 boot_timeout="${TSC_QEMU_BOOT_TIMEOUT:-420}"
 step_timeout=120
 download_timeout=900

@@ -159,6 +159,11 @@ pub struct HostInfo {
     /// for `linux-tsc-sync`). Not read back from JSON.
     #[serde(default, skip_deserializing)]
     pub sync_windows: Option<Windows>,
+    /// `--initial-skew`: the cycles the last vCPU started ahead of vCPU 0
+    /// (vCPU k: `k * cycles / (N - 1)`), set and verified before the first
+    /// round; `None` when the run started as the hypervisor set it up.
+    #[serde(default)]
+    pub initial_skew_cycles: Option<u64>,
 }
 
 /// The host backend's threads and the host CPUs they ran on.
@@ -250,6 +255,7 @@ impl HostInfo {
             guest_tsc_adjust: vm.guest_tsc_adjust,
             host_threads: None,
             sync_windows: None,
+            initial_skew_cycles: None,
         }
     }
 
@@ -272,6 +278,7 @@ impl HostInfo {
             guest_tsc_adjust: true,
             host_threads: Some(threads),
             sync_windows: None,
+            initial_skew_cycles: None,
         }
     }
 
@@ -328,6 +335,7 @@ mod tests {
             guest_tsc_adjust: true,
             host_threads: None,
             sync_windows: Some(Windows::at(2_000_000, (20, 2))),
+            initial_skew_cycles: None,
         }
     }
 
@@ -346,6 +354,7 @@ mod tests {
             back,
             HostInfo {
                 sync_windows: None,
+                initial_skew_cycles: None,
                 ..h.clone()
             }
         );

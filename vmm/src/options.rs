@@ -66,6 +66,10 @@ pub struct RunOptions {
     /// The windows of Linux's sync (`linux-tsc-sync`), ms: for an AP that
     /// starts a package, and for any other AP (Linux: 20 and 2).
     pub sync_windows_ms: (u64, u64),
+    /// `--initial-skew CYCLES`: vCPU k starts `k * CYCLES / (N - 1)` cycles
+    /// ahead of vCPU 0, set before the first round and verified by the
+    /// readback ([`crate::skew`]); `None`: as the hypervisor starts them.
+    pub initial_skew: Option<u64>,
 }
 
 impl Default for RunOptions {
@@ -81,6 +85,7 @@ impl Default for RunOptions {
             image: None,
             inject: None,
             sync_windows_ms: (FIRST_WINDOW_MS, WINDOW_MS),
+            initial_skew: None,
         }
     }
 }

@@ -210,6 +210,10 @@ pub fn run_scheduled(
         machine.sync_windows = Windows::at(khz, opts.sync_windows_ms);
         sync_area::write_windows(&machine.mem, machine.sync_windows)?;
         let windows = machine.sync_windows;
+        if let Some(cycles) = opts.initial_skew {
+            // Before any vCPU runs; verified by the first readback.
+            crate::skew::apply(&machine.vcpus, cycles)?;
+        }
         let timeout = opts.round_timeout.unwrap_or(opts.timeout);
         Ok((VcpuPool::start(machine, timeout, rounds)?, windows))
     };
@@ -393,9 +397,17 @@ impl Driver {
         let initial = pool.readback(0)?;
         let mut host = HostInfo::collect(pool.facts(&initial));
         host.sync_windows = Some(self.windows);
+        host.initial_skew_cycles = opts.initial_skew;
         self.host = Some(host.clone());
         let mut notes = Vec::new();
-        if let Some(s) = initial.iter().find(|s| s.offset != initial[0].offset) {
+        if let Some(cycles) = opts.initial_skew {
+            crate::skew::verify(&initial, cycles)?;
+            notes.push(crate::skew::note(
+                initial.len(),
+                cycles,
+                "KVM_VCPU_TSC_OFFSET",
+            ));
+        } else if let Some(s) = initial.iter().find(|s| s.offset != initial[0].offset) {
             notes.push(format!(
                 "the vCPUs did not start with the same TSC offset ({:?} vs {:?})",
                 s.offset, initial[0].offset

@@ -78,6 +78,19 @@ pub fn thread_offsets(threads: u32, cycles: u64) -> Vec<u64> {
     targets(threads, cycles)
 }
 
+/// The run's note on its initial skew, once [`verify`] passed: what was
+/// set, how, and that the readback confirmed it.
+pub fn note(vcpus: usize, cycles: u64, set_by: &str) -> String {
+    let last = vcpus.saturating_sub(1);
+    if last == 0 {
+        return format!("--initial-skew {cycles}: one vCPU, nothing to skew");
+    }
+    format!(
+        "--initial-skew {cycles}: vCPU k started k * {cycles} / {last} cycles ahead of vCPU 0 \
+         (set through {set_by}, verified by the readback before the first round)"
+    )
+}
+
 /// Checks the readback before the first round: every vCPU's exact offset
 /// minus vCPU 0's must be its target.
 pub fn verify(initial: &[TscState], cycles: u64) -> Result<(), SkewError> {

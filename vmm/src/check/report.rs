@@ -311,6 +311,7 @@ pub(crate) mod tests {
                     backend: crate::host::Backend::Kvm,
                     host_threads: None,
                     sync_windows: None,
+                    initial_skew_cycles: None,
                     kernel_release: "6.1".into(),
                     kernel_version: Some((6, 1)),
                     kvm_flavor: KvmFlavor::Svm,

@@ -111,6 +111,27 @@ pub fn parse_vcpus(s: &str) -> Result<u32, String> {
     Ok(n)
 }
 
+/// The largest `--initial-skew`: 10^15 cycles (about four days at 3 GHz),
+/// far inside the 63 bits a signed offset difference holds.
+pub const MAX_INITIAL_SKEW: u64 = 1_000_000_000_000_000;
+
+/// `--initial-skew CYCLES`: a whole number of TSC cycles (`_` may group
+/// digits), at most [`MAX_INITIAL_SKEW`].
+pub fn parse_initial_skew(s: &str) -> Result<u64, String> {
+    let t: String = s.trim().chars().filter(|&c| c != '_').collect();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "'{s}' is not a whole number of TSC cycles (such as 1000000)"
+        ));
+    }
+    match t.parse::<u64>() {
+        Ok(n) if n <= MAX_INITIAL_SKEW => Ok(n),
+        _ => Err(format!(
+            "{t} cycles is more than the {MAX_INITIAL_SKEW} cycles --initial-skew takes"
+        )),
+    }
+}
+
 /// `--rounds`: at least one, at most what the 32-bit round counter holds
 /// ([`MAX_ROUNDS`]).
 pub fn parse_rounds(s: &str) -> Result<u32, String> {

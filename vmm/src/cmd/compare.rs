@@ -13,8 +13,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::Args;
 
 use super::args::{
-    parse_backend, parse_bootstrap, parse_duration, parse_rounds, parse_summary_every,
-    parse_timeout, parse_variant_list, parse_vcpus, parse_windows, VariantList,
+    parse_backend, parse_bootstrap, parse_duration, parse_initial_skew, parse_rounds,
+    parse_summary_every, parse_timeout, parse_variant_list, parse_vcpus, parse_windows,
+    VariantList,
 };
 use super::common::{cannot_run, create_output, install_stop_handlers, load_guest, Exit};
 use super::run::host_backend_refuses;
@@ -112,6 +113,14 @@ pub struct CompareArgs {
     /// Linux: 20,2).
     #[arg(long, value_name = "FIRST_MS,REST_MS", default_value = "20,2", value_parser = parse_windows)]
     pub linux_windows: (u64, u64),
+
+    /// Start from a skew for the algorithm to remove: vCPU k starts
+    /// k * CYCLES / (N - 1) cycles ahead of vCPU 0, set before the first
+    /// round (KVM: through KVM_VCPU_TSC_OFFSET, Linux >= 5.16; host: the
+    /// threads' offsets) and verified by the readback. Where it cannot be
+    /// applied or verified the command says why and exits 2.
+    #[arg(long, value_name = "CYCLES", value_parser = parse_initial_skew)]
+    pub initial_skew: Option<u64>,
 }
 
 impl CompareArgs {
@@ -220,6 +229,7 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
     let opts = CompareOptions {
         backend: args.backend,
         sync_windows_ms: args.linux_windows,
+        initial_skew: args.initial_skew,
         vcpus: args.vcpus,
         variants,
         rounds: args.rounds,

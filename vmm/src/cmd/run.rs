@@ -16,8 +16,8 @@ use clap::Args;
 use tsc_contract::Variant;
 
 use super::args::{
-    parse_backend, parse_duration, parse_inject, parse_rounds, parse_summary_every, parse_timeout,
-    parse_variants, parse_vcpus, parse_windows, VariantChoice,
+    parse_backend, parse_duration, parse_initial_skew, parse_inject, parse_rounds,
+    parse_summary_every, parse_timeout, parse_variants, parse_vcpus, parse_windows, VariantChoice,
 };
 use super::common::{
     cannot_run, create_output, incomplete_note, install_stop_handlers, load_guest, Exit,
@@ -125,6 +125,14 @@ pub struct RunArgs {
     /// one package, so every AP uses REST_MS.
     #[arg(long, value_name = "FIRST_MS,REST_MS", default_value = "20,2", value_parser = parse_windows)]
     pub linux_windows: (u64, u64),
+
+    /// Start from a skew for the algorithm to remove: vCPU k starts
+    /// k * CYCLES / (N - 1) cycles ahead of vCPU 0, set before the first
+    /// round (KVM: through KVM_VCPU_TSC_OFFSET, Linux >= 5.16; host: the
+    /// threads' offsets) and verified by the readback. Where it cannot be
+    /// applied or verified the command says why and exits 2.
+    #[arg(long, value_name = "CYCLES", value_parser = parse_initial_skew)]
+    pub initial_skew: Option<u64>,
 }
 
 impl Default for RunArgs {
@@ -142,6 +150,7 @@ impl Default for RunArgs {
             summary_every: None,
             inject: None,
             linux_windows: (FIRST_WINDOW_MS, WINDOW_MS),
+            initial_skew: None,
         }
     }
 }
@@ -377,6 +386,7 @@ fn prepare_and_run(args: &RunArgs) -> Result<Exit, Exit> {
             image: image.clone(),
             inject: args.inject,
             sync_windows_ms: args.linux_windows,
+            initial_skew: args.initial_skew,
         };
         log::info!(
             "running {} on {} vCPUs ({} backend), {}",

@@ -119,6 +119,7 @@ pub fn measure(
         let run_opts = RunOptions {
             backend: opts.backend,
             sync_windows_ms: opts.sync_windows_ms,
+            initial_skew: opts.initial_skew,
             vcpus: opts.vcpus,
             schedule: Vec::new(),
             timeout: opts.timeout,
@@ -224,6 +225,7 @@ mod tests {
         let opts = CompareOptions {
             backend: crate::options::Backend::Host,
             sync_windows_ms: (20, 2),
+            initial_skew: None,
             vcpus: 2,
             variants: Vec::new(),
             rounds: 10,

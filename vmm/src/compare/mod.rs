@@ -57,6 +57,8 @@ pub struct CompareOptions {
     pub backend: Backend,
     /// The windows of Linux's sync, ms (see [`crate::options::RunOptions`]).
     pub sync_windows_ms: (u64, u64),
+    /// `--initial-skew` of every VM (see [`crate::options::RunOptions`]).
+    pub initial_skew: Option<u64>,
     /// vCPUs per VM.
     pub vcpus: u32,
     /// The variants; the first is the reference. At least two, distinct.

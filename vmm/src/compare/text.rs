@@ -74,6 +74,10 @@ pub fn render_text(r: &CompareReport) -> String {
         r.elapsed_seconds,
         r.rounds_per_second
     );
+    if let Some(c) = r.host.initial_skew_cycles {
+        let line = crate::report::initial_skew_line(r.vcpus, c);
+        let _ = writeln!(o, "{line}.");
+    }
     let linux = tsc_contract::Variant::LinuxTscSync.name();
     if let (Some(w), true) = (&r.host.sync_windows, r.variants.iter().any(|v| v == linux)) {
         let _ = writeln!(o, "{linux} windows: {}.", windows_line(w));

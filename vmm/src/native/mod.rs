@@ -57,7 +57,11 @@ pub fn run_streaming(
     opts: &RunOptions,
     on_round: &mut dyn FnMut(RoundResult) -> Result<(), String>,
 ) -> Result<RunFacts, Failure> {
-    run_streaming_from(opts, &[], on_round)
+    let offsets = opts
+        .initial_skew
+        .map(|cycles| crate::skew::thread_offsets(opts.vcpus, cycles))
+        .unwrap_or_default();
+    run_streaming_from(opts, &offsets, on_round)
 }
 
 /// As [`run_streaming`], with thread k's TSC starting `offsets[k]` cycles
@@ -119,11 +123,15 @@ pub fn run_streaming_from(
     };
     let mut host = HostInfo::host_backend(tsc_khz, threads);
     host.sync_windows = Some(windows);
+    host.initial_skew_cycles = opts.initial_skew;
 
     let mut completed = 0;
     match drive(&mut workers, opts, on_round, &mut completed) {
         Ok(initial) => {
-            if let Some(s) = initial.iter().find(|s| s.offset != initial[0].offset) {
+            if let Some(cycles) = opts.initial_skew {
+                let set_by = "the threads' own offsets";
+                notes.push(crate::skew::note(initial.len(), cycles, set_by));
+            } else if let Some(s) = initial.iter().find(|s| s.offset != initial[0].offset) {
                 notes.push(format!(
                     "the threads did not start with the same TSC offset ({:?} vs {:?}): \
                      set on purpose",
@@ -159,6 +167,9 @@ fn drive(
     let n = opts.vcpus as usize;
     let mut initial = Vec::with_capacity(n);
     workers.read_back_into(0, &mut initial)?;
+    if let Some(cycles) = opts.initial_skew {
+        crate::skew::verify(&initial, cycles)?;
+    }
     let staging = if opts.schedule.contains(&Variant::LinuxTscSync) {
         Some(SyncStaging::new(opts.vcpus)?)
     } else {

@@ -21,7 +21,7 @@ use crate::host::{cycles_to_ns, HostInfo};
 use crate::rounds::RunFacts;
 use crate::stats::{summarize, Summary};
 
-pub use text::{fmt_num, precision_line, render_text};
+pub use text::{fmt_num, initial_skew_line, precision_line, render_text};
 
 /// Why a report could not be printed.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]

@@ -164,6 +164,7 @@ mod tests {
             backend: crate::host::Backend::Kvm,
             host_threads: None,
             sync_windows: None,
+            initial_skew_cycles: None,
         }
     }
 

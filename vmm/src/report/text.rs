@@ -289,6 +289,18 @@ fn host_threads_section(out: &mut String, h: &HostInfo, t: &HostThreads) {
     }
 }
 
+/// What `--initial-skew` set up, in words (run and compare reports).
+pub fn initial_skew_line(vcpus: u32, cycles: u64) -> String {
+    let targets = crate::skew::targets(vcpus, cycles);
+    let list: Vec<String> = targets.iter().map(u64::to_string).collect();
+    format!(
+        "Initial skew: --initial-skew {cycles}: vCPUs 0..{} started {} cycles ahead of vCPU 0 \
+         (set before the first round, verified by the readback)",
+        vcpus.saturating_sub(1),
+        list.join(", ")
+    )
+}
+
 /// Renders the report for a terminal.
 pub fn render_text(r: &Report) -> String {
     let h = &r.host;
@@ -302,6 +314,9 @@ pub fn render_text(r: &Report) -> String {
         "tsc-rendezvous {}: TSC synchronisation on {} vCPU(s), {per_variant}",
         r.tool_version, r.vcpus
     );
+    if let Some(c) = h.initial_skew_cycles {
+        let _ = writeln!(out, "{}", initial_skew_line(r.vcpus, c));
+    }
     let _ = writeln!(out, "\nHost");
     if let Some(t) = h.host_threads.as_ref().filter(|_| h.on_host_threads()) {
         host_threads_section(&mut out, h, t);
