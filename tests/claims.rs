@@ -13,7 +13,7 @@
 //! | errors are one line on stderr, starting with `error:` | `faults::a_guest_panic_is_reported_with_its_text` (and every fault test), `cli::zero_vcpus_is_refused` (and every usage test) |
 //! | exit 0: completed and reported | `faults::a_delayed_write_shows_up_as_skew_not_as_write_latency`, `kvm_compare::compare_measures_every_variant_in_balanced_order_and_outputs_agree` |
 //! | exit 1 (`run`): timeout, triple fault, panic, CPU exception, invalid data, unexpected exit; completed rounds still reported | `faults::a_stalled_vcpu_is_caught_by_the_watchdog_with_its_round_and_iteration`, `faults::a_triple_fault_names_the_vcpu_and_round_and_its_registers_follow`, `faults::a_guest_panic_is_reported_with_its_text`, `faults::a_cpu_exception_names_its_vector_rip_and_error_code`, `faults::a_record_with_impossible_values_is_refused`, `faults::a_port_write_to_an_unknown_port_is_refused` |
-//! | exit 1 (`compare`): the watchdog; what completed is reported and in `--csv` | `faults::compare_exits_1_when_the_watchdog_fires_and_keeps_what_it_measured` (a fault in `compare`: untested, `compare` has no `--inject`) |
+//! | exit 1 (`compare`): the watchdog; what completed is reported and in `--csv` | `faults::compare_exits_1_when_the_watchdog_fires_and_keeps_what_it_measured`, `faults::compare_exits_1_on_a_guest_fault_and_keeps_what_it_measured` |
 //! | exit 2: bad arguments | `cli::zero_vcpus_is_refused`, `cli::unknown_variants_list_the_valid_ones`, `cli::an_injection_outside_the_run_is_refused` |
 //! | exit 2: no usable `/dev/kvm` (`run`, `compare`, `check`) | `cli::a_missing_kvm_device_says_how_to_get_one`, `cli::check_and_compare_exit_2_without_a_usable_kvm_device` |
 //! | exit 2: a KVM lacking a capability (`run`, `compare`, `check`) | `cli::a_kvm_lacking_a_capability_names_it`, `cli::check_and_compare_exit_2_when_kvm_lacks_a_capability` |
@@ -77,7 +77,9 @@
 //! | `--csv`: the documented columns, one row per measured round and vCPU, warm-up rounds not written | `kvm_compare::a_fresh_vm_every_two_blocks_and_every_csv_column`, `vmm/src/compare/csv.rs::each_column_holds_its_value_and_missing_values_are_empty` |
 //! | `--plot`: CDFs of CPU 0's exit time and of the skew side by side | `kvm_compare::compare_measures_every_variant_in_balanced_order_and_outputs_agree` |
 //! | the x axes end at 1.25x the largest p90; the legend says how many lie beyond | `vmm/src/compare/plot.rs::the_axis_ends_at_a_quarter_past_the_largest_p90`, `vmm/src/compare/plot.rs::the_legend_counts_what_lies_beyond_the_axis`, `claims::the_plot_legend_counts_the_rounds_beyond_the_axis`, `kvm_compare::compare_measures_every_variant_in_balanced_order_and_outputs_agree` |
-//! | no progress bar with `--json` or when stderr is not a terminal | `kvm_compare::compare_measures_every_variant_in_balanced_order_and_outputs_agree` (the rest of the progress bar's rules: untested, owned elsewhere) |
+//! | the progress line: only when stderr is a terminal and never with `--json`, from the first second, at most 4 redraws a second, cleared before the report | `vmm/src/report/progress.rs::a_line_is_drawn_only_when_enabled_and_after_a_second`, `kvm_compare::compare_measures_every_variant_in_balanced_order_and_outputs_agree` (no line on a pipe) |
+//! | the line says rounds so far, the median skew so far, elapsed and left | `vmm/src/report/progress.rs::the_line_says_rounds_medians_and_times`, `vmm/src/report/progress.rs::the_time_left_follows_the_rate_so_far` |
+//! | `--output FILE` streams every measured round | `soak::a_comparison_by_time_streams_its_rounds_and_summary_records` |
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -105,6 +107,11 @@ const SOURCES: &[(&str, &str)] = &[
         include_str!("../vmm/src/cmd/common.rs"),
     ),
     ("vmm/src/options.rs", include_str!("../vmm/src/options.rs")),
+    (
+        "vmm/src/report/progress.rs",
+        include_str!("../vmm/src/report/progress.rs"),
+    ),
+    ("soak", include_str!("soak.rs")),
     ("vmm/src/error.rs", include_str!("../vmm/src/error.rs")),
     (
         "vmm/src/inference.rs",
@@ -303,6 +310,7 @@ fn options(variants: Vec<Variant>, rounds: u32) -> CompareOptions {
         backend: tsc_vmm::options::Backend::Kvm,
         sync_windows_ms: (20, 2),
         initial_skew: None,
+        inject: None,
     }
 }
 

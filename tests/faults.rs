@@ -596,6 +596,77 @@ fn compare_exits_1_when_the_watchdog_fires_and_keeps_what_it_measured() {
     );
 }
 
+/// A fault in the guest during `compare` (here a panic in a VM's round 8,
+/// warm-up included) ends it with exit 1 and the error, and every output
+/// keeps exactly the rounds measured before it: rounds 2..=7 of the VM.
+#[test]
+fn compare_exits_1_on_a_guest_fault_and_keeps_what_it_measured() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let csv = scratch("compare-fault.csv");
+    let out = run(
+        &[
+            "compare",
+            "--rounds",
+            "50",
+            "--warmup",
+            "2",
+            "--variants",
+            "xen-4.15,xen-head",
+            "--seed",
+            "3",
+            "--bootstrap",
+            "100",
+            "--inject",
+            "panic,vcpu=1,round=8",
+            "--json",
+            "--csv",
+            csv.to_str().expect("utf-8 path"),
+        ],
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked at"), "the VMM panicked: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "one error line: {err}");
+    assert!(
+        lines[0].contains("vCPU 1") && lines[0].contains("the guest panicked"),
+        "{err}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let incomplete = doc["incomplete"].as_str().expect("marked incomplete");
+    assert!(
+        incomplete.contains("stopped after 6 measured round"),
+        "{incomplete}"
+    );
+    let measured: u64 = doc["per_variant"]
+        .as_array()
+        .expect("per_variant")
+        .iter()
+        .filter_map(|v| v["rounds"].as_u64())
+        .sum();
+    assert_eq!(
+        measured, 6,
+        "the 8 rounds before the fault, less 2 of warm-up"
+    );
+    let text = std::fs::read_to_string(&csv).expect("the CSV was written");
+    assert_eq!(
+        text.lines().count() - 1,
+        6 * 2,
+        "one row per measured round and vCPU"
+    );
+    // And where a fault cannot be: named, before anything runs.
+    let out = run(
+        &["compare", "--rounds", "5", "--inject", "panic,round=400"],
+        Duration::from_secs(30),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--inject names round 400"), "{err}");
+}
+
 /// Starts a long run, waits for `rounds` streamed rounds, sends `signal`.
 /// The run has a deadline of its own (`--timeout`) far beyond the wait, so
 /// a run that cannot even reach the first rounds ends by its watchdog, and

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::Args;
 
 use super::args::{
-    parse_backend, parse_bootstrap, parse_duration, parse_initial_skew, parse_rounds,
+    parse_backend, parse_bootstrap, parse_duration, parse_initial_skew, parse_inject, parse_rounds,
     parse_summary_every, parse_timeout, parse_variant_list, parse_vcpus, parse_windows,
     VariantList,
 };
@@ -23,7 +23,7 @@ use crate::compare::{
     draw_plot, measure, render_text, ByTime, CompareOptions, CsvWriter, Partial, SummaryRecord,
     Tallies,
 };
-use crate::options::{default_round_timeout, default_timeout, Backend, MAX_ROUNDS};
+use crate::options::{default_round_timeout, default_timeout, Backend, Injection, MAX_ROUNDS};
 use crate::report::progress::{self, ProgressLine};
 use crate::report::summary::{self, Every};
 
@@ -121,6 +121,12 @@ pub struct CompareArgs {
     /// applied or verified the command says why and exits 2.
     #[arg(long, value_name = "CYCLES", value_parser = parse_initial_skew)]
     pub initial_skew: Option<u64>,
+
+    /// Make the guest misbehave, to test the error handling (see `run
+    /// --help` for the kinds). Round R counts the rounds of a VM, its
+    /// warm-up included; every VM injects it. KVM only.
+    #[arg(long, value_name = "SPEC", value_parser = parse_inject)]
+    pub inject: Option<Injection>,
 }
 
 impl CompareArgs {
@@ -154,6 +160,15 @@ impl CompareArgs {
             (None, 0) => u64::from(self.rounds),
             (None, k) => u64::from(k.min(self.rounds)),
         };
+        if let Some(inj) = &self.inject {
+            // A VM's rounds: its warm-up and its blocks (by time: as many as
+            // the counter holds).
+            let per_vm = match blocks_per_vm {
+                0 if self.duration.is_some() => max,
+                b => (b * n + warmup).min(max),
+            };
+            inj.check(self.vcpus, u32::try_from(per_vm).unwrap_or(MAX_ROUNDS))?;
+        }
         if blocks_per_vm * n + warmup > max {
             return Err(format!(
                 "{blocks_per_vm} blocks of {n} variants and {} warm-up rounds are more rounds than \
@@ -192,7 +207,7 @@ impl Lines {
 fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
     args.validate().map_err(cannot_run)?;
     if args.backend == Backend::Host {
-        host_backend_refuses(args.guest.is_some(), false).map_err(cannot_run)?;
+        host_backend_refuses(args.guest.is_some(), args.inject.is_some()).map_err(cannot_run)?;
     }
     let image = load_guest(args.guest.as_deref())?;
     // Fail before measuring when an output cannot be written.
@@ -230,6 +245,7 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
         backend: args.backend,
         sync_windows_ms: args.linux_windows,
         initial_skew: args.initial_skew,
+        inject: args.inject,
         vcpus: args.vcpus,
         variants,
         rounds: args.rounds,

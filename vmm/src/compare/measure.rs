@@ -125,7 +125,7 @@ pub fn measure(
             timeout: opts.timeout,
             round_timeout: by_time.map(|b| b.round_timeout),
             image: opts.image.clone(),
-            inject: None,
+            inject: opts.inject,
         };
         let mut round_in_vm = 0u32;
         let mut measured_here = 0u32;
@@ -226,6 +226,7 @@ mod tests {
             backend: crate::options::Backend::Host,
             sync_windows_ms: (20, 2),
             initial_skew: None,
+            inject: None,
             vcpus: 2,
             variants: Vec::new(),
             rounds: 10,
