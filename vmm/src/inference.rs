@@ -147,20 +147,39 @@ pub fn bootstrap_median_shift(
         diffs.push(mb - ma);
         rels.push((mb - ma) / ma);
     }
-    diffs.sort_by(f64::total_cmp);
-    rels.sort_by(f64::total_cmp);
-    Some(MedianShift {
-        median_a,
-        median_b,
-        diff: median_b - median_a,
-        rel: (median_b - median_a) / median_a,
-        diff_lo: percentile_sorted(&diffs, 2.5),
-        diff_hi: percentile_sorted(&diffs, 97.5),
-        rel_lo: percentile_sorted(&rels, 2.5),
-        rel_hi: percentile_sorted(&rels, 97.5),
-        iterations,
-        seed,
-    })
+    Some(MedianShift::from_replicates(
+        (median_a, median_b),
+        diffs,
+        rels,
+        (iterations, seed),
+    ))
+}
+
+impl MedianShift {
+    /// The shift between the samples' medians `(a, b)`, with the 95 %
+    /// percentile intervals of the bootstrap replicates of the difference
+    /// and of the relative change (`(iterations, seed)` as drawn).
+    pub fn from_replicates(
+        (median_a, median_b): (f64, f64),
+        mut diffs: Vec<f64>,
+        mut rels: Vec<f64>,
+        (iterations, seed): (u32, u64),
+    ) -> MedianShift {
+        diffs.sort_by(f64::total_cmp);
+        rels.sort_by(f64::total_cmp);
+        MedianShift {
+            median_a,
+            median_b,
+            diff: median_b - median_a,
+            rel: (median_b - median_a) / median_a,
+            diff_lo: percentile_sorted(&diffs, 2.5),
+            diff_hi: percentile_sorted(&diffs, 97.5),
+            rel_lo: percentile_sorted(&rels, 2.5),
+            rel_hi: percentile_sorted(&rels, 97.5),
+            iterations,
+            seed,
+        }
+    }
 }
 
 /// How a Mann-Whitney p-value was computed.

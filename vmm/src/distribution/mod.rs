@@ -477,20 +477,12 @@ pub fn median_shift_of(
         diffs.push(mb - ma);
         rels.push((mb - ma) / ma);
     }
-    diffs.sort_by(f64::total_cmp);
-    rels.sort_by(f64::total_cmp);
-    Some(MedianShift {
-        median_a,
-        median_b,
-        diff: median_b - median_a,
-        rel: (median_b - median_a) / median_a,
-        diff_lo: percentile_sorted(&diffs, 2.5),
-        diff_hi: percentile_sorted(&diffs, 97.5),
-        rel_lo: percentile_sorted(&rels, 2.5),
-        rel_hi: percentile_sorted(&rels, 97.5),
-        iterations,
-        seed,
-    })
+    Some(MedianShift::from_replicates(
+        (median_a, median_b),
+        diffs,
+        rels,
+        (iterations, seed),
+    ))
 }
 
 #[cfg(test)]
