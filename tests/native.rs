@@ -8,11 +8,8 @@
 //! Relations only: nothing here assumes a cycle count of this machine, and
 //! every wait is bounded by a generous deadline.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use serde_json::Value;
 use tsc_contract::Variant;
@@ -21,6 +18,7 @@ use tsc_vmm::options::{Backend, RunOptions};
 use tsc_vmm::rounds::{run, RunOutput};
 
 mod common;
+use common::interrupt::interrupt_after;
 use common::kvm_or_skip;
 
 fn host_run(vcpus: u32, schedule: Vec<Variant>) -> RunOutput {
@@ -351,61 +349,14 @@ fn guest_options_are_refused_on_the_host_backend() {
 /// of every round completed before it.
 #[test]
 fn sigterm_stops_a_long_host_run_with_its_report() {
-    let mut child = bin()
-        .args(["run", "--backend", "host", "--rounds", "1000000", "--json"])
-        .env("RUST_LOG", "tsc_vmm::analysis=debug")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starts");
-    let analysed = Arc::new(AtomicUsize::new(0));
-    let stderr = child.stderr.take().expect("stderr");
-    let counter = analysed.clone();
-    let err_reader = std::thread::spawn(move || {
-        let mut other = String::new();
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if line.contains(" analysed") && line.contains("DEBUG") {
-                counter.fetch_add(1, Ordering::SeqCst);
-            } else {
-                other.push_str(&line);
-                other.push('\n');
-            }
-        }
-        other
-    });
-    let mut stdout = child.stdout.take().expect("stdout");
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-    let until = Instant::now() + Duration::from_secs(120);
-    while analysed.load(Ordering::SeqCst) < 20 {
-        if Instant::now() > until || child.try_wait().ok().flatten().is_some() {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("fewer than 20 rounds before the deadline or the exit");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let before = analysed.load(Ordering::SeqCst);
-    let pid = i32::try_from(child.id()).expect("pid");
-    // SAFETY: kill(2) on our own child, which has not been waited for yet.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let signalled = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("waitpid") {
-            break s;
-        }
-        if signalled.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("still running 60 s after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let stderr = err_reader.join().unwrap_or_default();
-    let stdout = out_reader.join().unwrap_or_default();
+    let stopped = interrupt_after(
+        env!("CARGO_BIN_EXE_tsc-rendezvous"),
+        &["run", "--backend", "host", "--rounds", "1000000", "--json"],
+        20,
+        libc::SIGTERM,
+    );
+    let (status, stdout, stderr) = (stopped.status, stopped.stdout, stopped.stderr);
+    let before = stopped.analysed_before;
     assert_eq!(status.code(), Some(143), "{stderr}");
     assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
     let doc: Value = serde_json::from_str(&stdout).expect("the report is JSON");

@@ -10,11 +10,8 @@
 //! runs fewer. Tests that need /dev/kvm are skipped without it unless `CI`
 //! is set: then they fail.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -23,7 +20,8 @@ use tsc_vmm::inference::{bootstrap_median_shift, Rng};
 use tsc_vmm::stats::summarize;
 
 mod common;
-use common::{hang_bound, kvm_or_skip};
+use common::interrupt::interrupt_after;
+use common::kvm_or_skip;
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tsc-rendezvous")
@@ -616,65 +614,8 @@ fn by_time_the_watchdog_deadline_is_per_round() {
 /// allocated for the rounds it has not reached), sends SIGTERM and returns
 /// its exit code, stdout and stderr.
 fn sigterm_after(args: &[&str], rounds: usize) -> (Option<i32>, String, String) {
-    let mut child = Command::new(bin())
-        .args(args)
-        .env("RUST_LOG", "tsc_vmm::analysis=debug")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    let analysed = Arc::new(AtomicUsize::new(0));
-    let stderr = child.stderr.take().expect("stderr");
-    let err_reader = {
-        let analysed = analysed.clone();
-        std::thread::spawn(move || {
-            let mut errors = String::new();
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if line.contains(" analysed") && line.contains("DEBUG") {
-                    analysed.fetch_add(1, Ordering::SeqCst);
-                } else {
-                    errors.push_str(&line);
-                    errors.push('\n');
-                }
-            }
-            errors
-        })
-    };
-    let mut stdout = child.stdout.take().expect("stdout");
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-    let started = Instant::now();
-    while analysed.load(Ordering::SeqCst) < rounds {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{args:?} ended ({status}) before {rounds} rounds");
-        }
-        assert!(
-            started.elapsed() < hang_bound(Duration::from_secs(60)),
-            "{args:?}: no rounds: it did not start"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let pid = i32::try_from(child.id()).expect("pid");
-    // SAFETY: kill(2) on our own child, which has not been waited for yet.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let signalled = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("waitpid") {
-            break s;
-        }
-        if signalled.elapsed() > hang_bound(Duration::ZERO) {
-            let _ = child.kill();
-            panic!("{args:?}: still running after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let err = err_reader.join().unwrap_or_default();
-    assert!(!err.contains("panicked"), "{err}");
-    (status.code(), out_reader.join().unwrap_or_default(), err)
+    let s = interrupt_after(bin(), args, rounds, libc::SIGTERM);
+    (s.status.code(), s.stdout, s.stderr)
 }
 
 /// "`compare --rounds 100000000` aborts at once with a 28.8 GB allocation"

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 
 #[allow(dead_code)]
+pub mod interrupt;
+#[allow(dead_code)]
 pub mod ktap;
 
 /// Whether /dev/kvm is usable. Without it a KVM test is skipped with a
