@@ -570,20 +570,10 @@ fn compare_exits_1_when_the_watchdog_fires_and_keeps_what_it_measured() {
     assert_eq!(lines.len(), 1, "one error line: {err}");
     assert!(lines[0].contains("timed out after 2.0 s"), "{err}");
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
-    let schema: serde_json::Value =
-        serde_json::from_str(include_str!("../vmm/schema/compare-v1.json"))
-            .expect("schema is JSON");
-    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
-    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+    common::validate(&doc, include_str!("../vmm/schema/compare-v1.json"));
     let incomplete = doc["incomplete"].as_str().expect("marked incomplete");
     assert!(incomplete.contains("timed out"), "{incomplete}");
-    let measured: u64 = doc["per_variant"]
-        .as_array()
-        .expect("per_variant")
-        .iter()
-        .filter_map(|v| v["rounds"].as_u64())
-        .sum();
+    let measured: u64 = common::measured_rounds(&doc);
     assert!(
         incomplete.contains(&format!("stopped after {measured} measured round")),
         "{incomplete}"
@@ -641,12 +631,7 @@ fn compare_exits_1_on_a_guest_fault_and_keeps_what_it_measured() {
         incomplete.contains("stopped after 6 measured round"),
         "{incomplete}"
     );
-    let measured: u64 = doc["per_variant"]
-        .as_array()
-        .expect("per_variant")
-        .iter()
-        .filter_map(|v| v["rounds"].as_u64())
-        .sum();
+    let measured: u64 = common::measured_rounds(&doc);
     assert_eq!(
         measured, 6,
         "the 8 rounds before the fault, less 2 of warm-up"

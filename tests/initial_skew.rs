@@ -126,11 +126,7 @@ fn the_cli_reports_the_skew_in_json_and_text() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
-    let schema: Value =
-        serde_json::from_str(include_str!("../vmm/schema/run-v1.json")).expect("schema");
-    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
-    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "{errors:#?}");
+    common::validate(&doc, include_str!("../vmm/schema/run-v1.json"));
     assert_eq!(doc["host"]["initial_skew_cycles"], 1_000_000);
     for r in doc["runs"][0]["rounds"].as_array().expect("rounds") {
         assert_eq!(r["skew_cycles"], 1_000_000, "xen-std keeps it");

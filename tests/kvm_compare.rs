@@ -56,11 +56,7 @@ fn compare(args: &[&str]) -> (Output, Value) {
 }
 
 fn validate(json: &Value) {
-    let schema: Value = serde_json::from_str(include_str!("../vmm/schema/compare-v1.json"))
-        .expect("schema is JSON");
-    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
-    let errors: Vec<String> = validator.iter_errors(json).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+    common::validate(json, include_str!("../vmm/schema/compare-v1.json"));
 }
 
 fn f(v: &Value, path: &[&str]) -> f64 {

@@ -19,7 +19,7 @@ use tsc_vmm::rounds::{run, RunOutput};
 
 mod common;
 use common::interrupt::interrupt_after;
-use common::kvm_or_skip;
+use common::{kvm_or_skip, validate};
 
 fn host_run(vcpus: u32, schedule: Vec<Variant>) -> RunOutput {
     let opts = RunOptions {
@@ -156,13 +156,6 @@ fn ok(args: &[&str]) -> (Output, Value) {
     assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
     let doc = serde_json::from_slice(&out.stdout).expect("stdout is one JSON document");
     (out, doc)
-}
-
-fn validate(doc: &Value, schema: &str) {
-    let schema: Value = serde_json::from_str(schema).expect("schema is JSON");
-    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
-    let errors: Vec<String> = validator.iter_errors(doc).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "schema violations: {errors:#?}");
 }
 
 const RUN_SCHEMA: &str = include_str!("../vmm/schema/run-v1.json");

@@ -18,18 +18,8 @@ use serde_json::Value;
 use tsc_vmm::inference::{mann_whitney, PMethod};
 use tsc_vmm::stats::summarize;
 
-fn fixture() -> Value {
-    serde_json::from_str(include_str!("fixtures/stats_reference.json"))
-        .expect("the fixture is JSON")
-}
-
-fn values(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("an array of values")
-        .iter()
-        .map(|x| x.as_f64().expect("a number"))
-        .collect()
-}
+mod common;
+use common::stats_fixture::{load as fixture, values};
 
 fn num(v: &Value, key: &str) -> f64 {
     v[key]

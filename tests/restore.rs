@@ -45,11 +45,7 @@ fn json(out: &Output) -> Value {
 }
 
 fn validate(doc: &Value) {
-    let schema: Value = serde_json::from_str(include_str!("../vmm/schema/restore-v1.json"))
-        .expect("schema is JSON");
-    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
-    let errors: Vec<String> = validator.iter_errors(doc).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+    common::validate(doc, include_str!("../vmm/schema/restore-v1.json"));
 }
 
 fn method<'a>(doc: &'a Value, name: &str) -> &'a Value {

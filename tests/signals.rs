@@ -15,7 +15,7 @@ use serde_json::Value;
 
 mod common;
 use common::interrupt::interrupt_after;
-use common::{hang_bound, kvm_or_skip};
+use common::{hang_bound, kvm_or_skip, measured_rounds, validate};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tsc-rendezvous-signals-{}", std::process::id()));
@@ -34,13 +34,6 @@ const TIMEOUT: &str = "300";
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tsc-rendezvous")
-}
-
-fn validate(doc: &Value, schema: &str) {
-    let schema: Value = serde_json::from_str(schema).expect("schema is JSON");
-    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
-    let errors: Vec<String> = validator.iter_errors(doc).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "schema violations: {errors:#?}");
 }
 
 /// The CSV's data rows (header excluded).
@@ -83,12 +76,7 @@ fn sigterm_stops_compare_and_every_output_keeps_the_measured_rounds() {
     validate(&doc, include_str!("../vmm/schema/compare-v1.json"));
     let incomplete = doc["incomplete"].as_str().expect("marked incomplete");
     assert!(incomplete.contains("SIGTERM"), "{incomplete}");
-    let measured: u64 = doc["per_variant"]
-        .as_array()
-        .expect("per_variant")
-        .iter()
-        .filter_map(|v| v["rounds"].as_u64())
-        .sum();
+    let measured: u64 = measured_rounds(&doc);
     // 30 analysed rounds were seen before the signal, 5 of them warm-up.
     assert!(
         measured as usize >= s.analysed_before - 5,

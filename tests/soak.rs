@@ -21,7 +21,8 @@ use tsc_vmm::stats::summarize;
 
 mod common;
 use common::interrupt::interrupt_after;
-use common::kvm_or_skip;
+use common::stats_fixture::{load as fixture, values};
+use common::{kvm_or_skip, measured_rounds, validate};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tsc-rendezvous")
@@ -33,13 +34,6 @@ fn scratch(name: &str) -> PathBuf {
     let p = dir.join(name);
     let _ = std::fs::remove_file(&p);
     p
-}
-
-fn validate(doc: &Value, schema: &str) {
-    let schema: Value = serde_json::from_str(schema).expect("schema is JSON");
-    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
-    let errors: Vec<String> = validator.iter_errors(doc).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "schema violations: {errors:#?}\n{doc}");
 }
 
 /// How a command ended, and its peak RSS.
@@ -217,19 +211,6 @@ fn run_memory_is_flat_on_kvm() {
 
 // ---------------------------------------------------------------------------
 // Histograms against exact statistics.
-
-fn fixture() -> Value {
-    serde_json::from_str(include_str!("fixtures/stats_reference.json"))
-        .expect("the fixture is JSON")
-}
-
-fn values(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("an array of values")
-        .iter()
-        .map(|x| x.as_f64().expect("a number"))
-        .collect()
-}
 
 /// A distribution that turned into a histogram at once (limit 0).
 fn histogram_of(v: &[f64]) -> Distribution {
@@ -478,12 +459,7 @@ fn a_comparison_by_time_streams_its_rounds_and_summary_records() {
     );
     let doc: Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
     validate(&doc, include_str!("../vmm/schema/compare-v1.json"));
-    let measured: u64 = doc["per_variant"]
-        .as_array()
-        .expect("per_variant")
-        .iter()
-        .filter_map(|v| v["rounds"].as_u64())
-        .sum();
+    let measured: u64 = measured_rounds(&doc);
     let (rounds, summaries) = output_lines(&out, 2);
     assert_eq!(
         rounds.len() as u64,
@@ -646,12 +622,7 @@ fn a_compare_of_a_hundred_million_rounds_starts_at_once_and_stops_on_sigterm() {
     let doc: Value = serde_json::from_str(&stdout).expect("a JSON report");
     validate(&doc, include_str!("../vmm/schema/compare-v1.json"));
     assert_eq!(doc["rounds_per_variant"].as_u64(), Some(100_000_000));
-    let measured: u64 = doc["per_variant"]
-        .as_array()
-        .expect("per_variant")
-        .iter()
-        .filter_map(|v| v["rounds"].as_u64())
-        .sum();
+    let measured: u64 = measured_rounds(&doc);
     // 40 rounds analysed, 20 of them warm-up.
     assert!(measured >= 20, "{measured} measured");
     assert!(doc["incomplete"]

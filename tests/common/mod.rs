@@ -8,6 +8,7 @@ pub mod ktap;
 /// Whether /dev/kvm is usable. Without it a KVM test is skipped with a
 /// message, except when `CI` is set: then this panics, so that CI can never
 /// pass by skipping the tests that need KVM.
+#[allow(dead_code)]
 pub fn kvm_or_skip() -> bool {
     let ok = std::fs::OpenOptions::new()
         .read(true)
@@ -140,4 +141,47 @@ pub fn register_in(message: &str, name: &str) -> Option<u64> {
         .take_while(char::is_ascii_hexdigit)
         .collect();
     u64::from_str_radix(&hex, 16).ok()
+}
+
+/// Asserts that `doc` is valid against the JSON Schema `schema` (the text of
+/// one of `vmm/schema/*.json`), listing every violation.
+#[allow(dead_code)]
+pub fn validate(doc: &serde_json::Value, schema: &str) {
+    let schema: serde_json::Value = serde_json::from_str(schema).expect("schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator.iter_errors(doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+}
+
+/// A `compare --json` document's measured rounds, over every variant.
+#[allow(dead_code)]
+pub fn measured_rounds(doc: &serde_json::Value) -> u64 {
+    doc["per_variant"]
+        .as_array()
+        .expect("per_variant")
+        .iter()
+        .filter_map(|v| v["rounds"].as_u64())
+        .sum()
+}
+
+/// The reference statistics recorded once from SciPy/NumPy
+/// (`tests/fixtures/stats_reference.json`), and a list of its numbers.
+#[allow(dead_code)]
+pub mod stats_fixture {
+    use serde_json::Value;
+
+    /// The whole fixture.
+    pub fn load() -> Value {
+        serde_json::from_str(include_str!("../fixtures/stats_reference.json"))
+            .expect("the fixture is JSON")
+    }
+
+    /// `v`, an array of numbers, as numbers.
+    pub fn values(v: &Value) -> Vec<f64> {
+        v.as_array()
+            .expect("an array of values")
+            .iter()
+            .map(|x| x.as_f64().expect("a number"))
+            .collect()
+    }
 }
