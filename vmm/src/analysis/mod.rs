@@ -415,5 +415,26 @@ pub fn analyse_round(
     }
 }
 
+/// A xen-head round with only what summaries read set (its number, skew and
+/// verdict), for unit tests: no vCPUs, no disagreements, no exit time.
+#[cfg(test)]
+pub(crate) fn synthetic_round(round: u32, skew: u64, honoured: Option<bool>) -> RoundResult {
+    RoundResult {
+        round,
+        variant: "xen-head".into(),
+        skew_cycles: skew,
+        skew_cycles_attr: None,
+        skew_cycles_bracket: 0,
+        skew_cycles_bracket_error: 0,
+        writes_honoured: honoured,
+        undecided_vcpus: 0,
+        skew_basis: SkewBasis::Offsets,
+        cpu0_exit_latency_cycles: None,
+        sync: None,
+        disagreements: Vec::new(),
+        vcpus: Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests;

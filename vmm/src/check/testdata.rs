@@ -1,6 +1,6 @@
 //! Rounds made by hand for the judges' unit tests.
 
-use crate::analysis::{combine, DecidedBy, RoundResult, SkewBasis, VcpuResult};
+use crate::analysis::{combine, DecidedBy, RoundResult, VcpuResult};
 
 /// A vCPU's result: TSC_ADJUST moved by `adj`, the exact offset by `off`
 /// (`None`: no exact offsets, and then KVM's evidence is undecided), the
@@ -40,18 +40,8 @@ pub fn vcpu(id: u32, adj: i64, off: Option<i64>, jump: Option<bool>) -> VcpuResu
 
 pub fn round(vcpus: Vec<VcpuResult>, honoured: Option<bool>, skew: u64) -> RoundResult {
     RoundResult {
-        round: 0,
-        variant: "xen-head".into(),
-        skew_cycles: skew,
-        skew_cycles_attr: None,
-        skew_cycles_bracket: 0,
-        skew_cycles_bracket_error: 0,
-        writes_honoured: honoured,
-        undecided_vcpus: 0,
-        skew_basis: SkewBasis::Offsets,
         cpu0_exit_latency_cycles: Some(100),
-        sync: None,
-        disagreements: vec![],
         vcpus,
+        ..crate::analysis::synthetic_round(0, skew, honoured)
     }
 }

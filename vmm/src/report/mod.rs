@@ -235,19 +235,8 @@ mod tests {
 
     fn round(i: u32, skew: u64, honoured: Option<bool>) -> RoundResult {
         RoundResult {
-            round: i,
-            variant: "xen-head".into(),
-            skew_cycles: skew,
-            skew_cycles_attr: None,
-            skew_cycles_bracket: 0,
-            skew_cycles_bracket_error: 0,
-            writes_honoured: honoured,
-            undecided_vcpus: 0,
-            skew_basis: crate::analysis::SkewBasis::Offsets,
             cpu0_exit_latency_cycles: Some(10),
-            sync: None,
-            disagreements: Vec::new(),
-            vcpus: Vec::new(),
+            ..crate::analysis::synthetic_round(i, skew, honoured)
         }
     }
 
