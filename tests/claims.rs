@@ -67,7 +67,7 @@
 //! | `--warmup` rounds (default 20) run in every VM, are counted and excluded | `kvm_compare::a_fresh_vm_per_block_warms_each_up_and_keeps_the_counts`, `kvm_compare::compare_measures_every_variant_in_balanced_order_and_outputs_agree`, `cli::the_documented_defaults_are_the_binarys` |
 //! | nothing else is dropped; rounds with disagreeing methods stay in and are counted | `kvm_compare::a_fresh_vm_every_two_blocks_and_every_csv_column`, `claims::compare_counts_the_rounds_whose_methods_disagree` |
 //! | metrics per variant: n, median, mean, p10, p90, p99, max, standard deviation | `kvm_compare::compare_measures_every_variant_in_balanced_order_and_outputs_agree` (from the CSV, independently), `reference_stats::summaries_match_numpy` |
-//! | difference of medians with a percentile-bootstrap 95% CI, seeded, `--bootstrap` replicates (default 2000) | `vmm/src/inference.rs::the_bootstrap_interval_covers_a_known_shift`, `vmm/src/inference.rs::the_bootstrap_is_reproducible_and_centred_on_no_shift`, `cli::the_documented_defaults_are_the_binarys` |
+//! | difference of medians with a percentile-bootstrap 95% CI, seeded, `--bootstrap` replicates (default 2000) | `vmm/src/stats/inference.rs::the_bootstrap_interval_covers_a_known_shift`, `vmm/src/stats/inference.rs::the_bootstrap_is_reproducible_and_centred_on_no_shift`, `cli::the_documented_defaults_are_the_binarys` |
 //! | Mann-Whitney U, two-sided: exact without ties below 50, else normal with tie-corrected variance and continuity correction | `reference_stats::mann_whitney_matches_scipy` |
 //! | distinguishable: the CI excludes 0 and p < 0.05 | `vmm/src/compare/analyse.rs::distinguishable_needs_the_interval_and_the_test` |
 //! | one verdict line per variant on CPU 0's exit time | `vmm/src/compare/analyse.rs::verdicts_say_sooner_later_or_noise`, `kvm_compare::the_readable_report_has_the_tables_the_seed_and_a_verdict` |
@@ -114,8 +114,8 @@ const SOURCES: &[(&str, &str)] = &[
     ("soak", include_str!("soak.rs")),
     ("vmm/src/error.rs", include_str!("../vmm/src/error.rs")),
     (
-        "vmm/src/inference.rs",
-        include_str!("../vmm/src/inference.rs"),
+        "vmm/src/stats/inference.rs",
+        include_str!("../vmm/src/stats/inference.rs"),
     ),
     (
         "vmm/src/compare/analyse.rs",

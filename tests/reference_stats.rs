@@ -15,7 +15,7 @@
 //!   relative error of the complementary error function (below 1.2e-7).
 
 use serde_json::Value;
-use tsc_vmm::inference::{mann_whitney, PMethod};
+use tsc_vmm::stats::inference::{mann_whitney, PMethod};
 use tsc_vmm::stats::summarize;
 
 mod common;

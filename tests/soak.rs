@@ -15,8 +15,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tsc_vmm::distribution::{mann_whitney_of, median_shift_of, Distribution, SIGNIFICANT_DIGITS};
-use tsc_vmm::inference::{bootstrap_median_shift, Rng};
+use tsc_vmm::stats::distribution::{
+    mann_whitney_of, median_shift_of, Distribution, SIGNIFICANT_DIGITS,
+};
+use tsc_vmm::stats::inference::{bootstrap_median_shift, Rng};
 use tsc_vmm::stats::summarize;
 
 mod common;

@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -73,43 +74,63 @@ pub fn parse_kernel_version(release: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
+/// What /proc/cpuinfo says of the first CPU: its model name and flags.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct CpuInfo {
+    model: Option<String>,
+    flags: Vec<String>,
+}
+
+impl CpuInfo {
+    /// Parses the text of /proc/cpuinfo (the first `model name` and
+    /// `flags` lines).
+    fn parse(text: &str) -> CpuInfo {
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim())
+        };
+        CpuInfo {
+            model: field("model name").map(str::to_string),
+            flags: field("flags")
+                .unwrap_or("")
+                .split_whitespace()
+                .map(str::to_string)
+                .collect(),
+        }
+    }
+}
+
+/// /proc/cpuinfo, read and parsed once per process.
+fn cpuinfo() -> &'static CpuInfo {
+    static INFO: OnceLock<CpuInfo> = OnceLock::new();
+    INFO.get_or_init(|| {
+        fs::read_to_string("/proc/cpuinfo")
+            .map(|t| CpuInfo::parse(&t))
+            .unwrap_or_default()
+    })
+}
+
 /// The host CPU's model name from /proc/cpuinfo.
 pub fn cpu_model() -> Option<String> {
-    let info = fs::read_to_string("/proc/cpuinfo").ok()?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v.trim().to_string())
+    cpuinfo().model.clone()
 }
 
 /// The TSC-related CPU flags from /proc/cpuinfo (tsc, constant_tsc, ...).
 pub fn tsc_flags() -> Vec<String> {
-    let Ok(info) = fs::read_to_string("/proc/cpuinfo") else {
-        return Vec::new();
-    };
-    let flags = info
-        .lines()
-        .find_map(|l| l.strip_prefix("flags"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v)
-        .unwrap_or("");
-    flags
-        .split_whitespace()
+    cpuinfo()
+        .flags
+        .iter()
         .filter(|f| f.contains("tsc") || *f == "vmx" || *f == "svm")
-        .map(str::to_string)
+        .cloned()
         .collect()
 }
 
 /// Whether /proc/cpuinfo lists the CPU flag `name` (e.g. `hypervisor`: this
 /// OS runs in a virtual machine).
 pub fn has_cpu_flag(name: &str) -> bool {
-    let Ok(info) = fs::read_to_string("/proc/cpuinfo") else {
-        return false;
-    };
-    info.lines()
-        .find_map(|l| l.strip_prefix("flags"))
-        .and_then(|l| l.split_once(':'))
-        .is_some_and(|(_, v)| v.split_whitespace().any(|f| f == name))
+    cpuinfo().flags.iter().any(|f| f == name)
 }
 
 /// The host's current clocksource.
@@ -218,7 +239,7 @@ pub fn windows_line(w: &Windows) -> String {
          ({} cycles) for every other AP",
         w.first_ms,
         w.ms,
-        crate::report::fmt_num(w.cycles as f64)
+        crate::units::fmt_num(w.cycles as f64)
     )
 }
 
@@ -288,14 +309,19 @@ impl HostInfo {
     }
 }
 
-/// A cycle count in nanoseconds at `tsc_khz`.
-pub fn cycles_to_ns(cycles: f64, tsc_khz: u32) -> f64 {
-    cycles * 1_000_000.0 / f64::from(tsc_khz)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpuinfo_gives_the_first_model_and_its_flags() {
+        let text = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu tsc \
+                    constant_tsc hypervisor svm\n\nprocessor\t: 1\nmodel name\t: other\n";
+        let c = CpuInfo::parse(text);
+        assert_eq!(c.model.as_deref(), Some("AMD EPYC 7B13"));
+        assert_eq!(c.flags, ["fpu", "tsc", "constant_tsc", "hypervisor", "svm"]);
+        assert_eq!(CpuInfo::parse(""), CpuInfo::default());
+    }
 
     #[test]
     fn kernel_versions_parse() {
@@ -392,10 +418,5 @@ mod tests {
         let back: HostInfo = serde_json::from_value(v).expect("loads");
         assert!(back.on_host_threads());
         assert_eq!(back.host_threads, h.host_threads);
-    }
-
-    #[test]
-    fn cycles_convert_at_the_given_frequency() {
-        assert_eq!(cycles_to_ns(2_000.0, 2_000_000), 1_000.0);
     }
 }

@@ -38,11 +38,11 @@ pub mod arch;
 pub mod check;
 pub mod cmd;
 pub mod compare;
-pub mod distribution;
+
 pub mod error;
 pub mod guest_image;
 pub mod host;
-pub mod inference;
+
 pub mod native;
 pub mod options;
 pub mod pool;
@@ -54,4 +54,5 @@ pub mod skew;
 pub mod stats;
 pub mod stop;
 pub mod tsc;
+pub mod units;
 pub mod vstate;

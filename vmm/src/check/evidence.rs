@@ -11,9 +11,10 @@ use super::report::{CheckOptions, Environment, SkewStats};
 use super::tally::RoundTally;
 use crate::analysis::RoundAccumulator;
 use crate::error::RunError;
-use crate::host::{cycles_to_ns, HostInfo};
+use crate::host::HostInfo;
 use crate::session::{Session, WarpSeen};
 use crate::tsc::{host_rdtsc, TscState};
+use crate::units::cycles_to_ns;
 
 /// Every guest's TSC read once more after the last round.
 #[derive(Clone, Debug, PartialEq)]

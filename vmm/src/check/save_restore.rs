@@ -10,8 +10,8 @@ use std::time::Duration;
 use super::{context, warp, Check, Context, Evidence, Finding, Verdict};
 use crate::error::RunError;
 use crate::host::KvmFlavor;
-use crate::report::fmt_num;
 use crate::restore::{self, Method, MethodOptions, MethodReport, RestoreError, Step, Support};
+use crate::units::fmt_int as n;
 
 /// Check 7.
 pub struct SaveRestore;
@@ -98,10 +98,6 @@ fn values(f: Finding, r: &MethodReport) -> Finding {
         .with("clock", &r.clock)
         .with("warp", r.warp)
         .with("vcpus", &r.vcpus)
-}
-
-fn n(x: impl Into<i128>) -> String {
-    fmt_num(x.into() as f64)
 }
 
 /// Check 7 from the documented method's report. FAIL needs evidence: an

@@ -3,7 +3,7 @@
 //! its rounds.
 
 use crate::analysis::{DecidedBy, RoundResult};
-use crate::distribution::Distribution;
+use crate::stats::distribution::Distribution;
 
 /// The first vCPU-round whose offset did not move by its TSC_ADJUST delta.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

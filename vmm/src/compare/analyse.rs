@@ -9,8 +9,8 @@ use super::{
 };
 use tsc_contract::Variant;
 
-use crate::distribution::{mann_whitney_of, median_shift_of, Distribution};
-use crate::inference::{MannWhitney, MedianShift};
+use crate::stats::distribution::{mann_whitney_of, median_shift_of, Distribution};
+use crate::stats::inference::{MannWhitney, MedianShift};
 
 /// Whether a difference is distinguishable from noise: the 95 % interval of
 /// the median shift excludes 0 and the two-sided rank-test p-value is below
@@ -219,7 +219,7 @@ mod tests {
             z: 0.0,
             p_two_sided: p,
             p_greater: p,
-            method: crate::inference::PMethod::Normal,
+            method: crate::stats::inference::PMethod::Normal,
             prob_a_greater: 0.5,
         }
     }

@@ -16,7 +16,7 @@
 //! start ([`plan`]), each variant's rounds are summed up as they complete in
 //! bounded distributions ([`Measured`]), and the inference works on those
 //! (exact while they keep their values, from histograms after:
-//! [`crate::distribution`]); `--csv` and `--output` are written round by
+//! [`crate::stats::distribution`]); `--csv` and `--output` are written round by
 //! round.
 
 mod analyse;
@@ -32,11 +32,11 @@ use serde::Serialize;
 use tsc_contract::Variant;
 
 use crate::analysis::RoundResult;
-use crate::distribution::Distribution;
 use crate::host::HostInfo;
-use crate::inference::{MannWhitney, MedianShift};
 use crate::options::Backend;
 use crate::report::VariantAccumulator;
+use crate::stats::distribution::Distribution;
+use crate::stats::inference::{MannWhitney, MedianShift};
 use crate::stats::Summary;
 
 pub use analyse::{analyse, analyse_measured, p_text, verdict};

@@ -11,8 +11,8 @@ use std::time::Instant;
 use tsc_contract::Variant;
 
 use super::VmPlan;
-use crate::inference::Rng;
 use crate::rounds::Schedule;
+use crate::stats::inference::Rng;
 
 /// Blocks of the variants, each in an order drawn from the seeded PRNG,
 /// handed out one variant at a time.

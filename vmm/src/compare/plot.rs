@@ -11,7 +11,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::distribution::Distribution;
+use crate::stats::distribution::Distribution;
 use crate::stats::percentile_sorted;
 
 use super::{CompareReport, Measured, MeasuredRound, Metric};

@@ -7,7 +7,7 @@ use super::{p_text, CompareReport, Metric, VariantStats};
 use crate::host::{windows_line, KvmFlavor};
 use crate::stats::Summary;
 
-use crate::report::fmt_num as num;
+use crate::units::{fmt_num as num, hms};
 
 fn summary_of(v: &VariantStats, m: Metric) -> Option<&Summary> {
     match m {
@@ -23,7 +23,7 @@ pub fn render_text(r: &CompareReport) -> String {
     let by_time = r.duration_seconds.map_or_else(String::new, |s| {
         format!(
             " (by time: {})",
-            crate::report::progress::hms(std::time::Duration::from_secs_f64(s.max(0.0)))
+            hms(std::time::Duration::from_secs_f64(s.max(0.0)))
         )
     });
     let _ = writeln!(

@@ -7,9 +7,9 @@ use hdrhistogram::Histogram;
 
 use super::RunSummary;
 use crate::analysis::{Decision, RoundResult};
-use crate::distribution::{Distribution, SIGNIFICANT_DIGITS};
-use crate::host::cycles_to_ns;
+use crate::stats::distribution::{Distribution, SIGNIFICANT_DIGITS};
 use crate::stats::Summary;
+use crate::units::cycles_to_ns;
 
 /// Past this many rounds the running median skew (for the typical round)
 /// is worked out again every this many rounds.

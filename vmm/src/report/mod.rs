@@ -17,11 +17,12 @@ pub use accumulate::VariantAccumulator;
 use serde::Serialize;
 
 use crate::analysis::RoundResult;
-use crate::host::{cycles_to_ns, HostInfo};
+use crate::host::HostInfo;
 use crate::rounds::RunFacts;
 use crate::stats::{summarize, Summary};
+use crate::units::cycles_to_ns;
 
-pub use text::{fmt_num, initial_skew_line, precision_line, render_text};
+pub use text::{initial_skew_line, precision_line, render_text};
 
 /// Why a report could not be printed.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]

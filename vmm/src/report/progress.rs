@@ -7,7 +7,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use super::fmt_num;
+use crate::units::{fmt_num, hms};
 
 /// How often the line is redrawn at most.
 pub const REDRAWS_PER_SECOND: u32 = 4;
@@ -81,12 +81,6 @@ impl Drop for ProgressLine {
     fn drop(&mut self) {
         self.clear();
     }
-}
-
-/// `H:MM:SS` (whole seconds; days as hours).
-pub fn hms(d: Duration) -> String {
-    let s = d.as_secs();
-    format!("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
 }
 
 /// Time left of `total` rounds after `done` in `elapsed`, at the rate so

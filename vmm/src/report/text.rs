@@ -3,11 +3,12 @@
 use std::fmt::Write as _;
 
 use crate::analysis::Decision;
-use crate::host::{cycles_to_ns, windows_line, HostInfo, HostThreads, KvmFlavor};
+use crate::host::{windows_line, HostInfo, HostThreads, KvmFlavor};
 use crate::stats::Summary;
+use crate::units::{cycles_to_ns, fmt_num, hms};
 use crate::vstate::sync_area::SyncRound;
 
-use super::{progress, Report, VariantReport};
+use super::{Report, VariantReport};
 
 fn flavor_line(h: &HostInfo) -> String {
     match h.kvm_flavor {
@@ -65,27 +66,6 @@ fn host_threads_honoured_text(h: Option<bool>) -> String {
          TSC was never written), so writes take effect by construction. {data} The skews below \
          are what the algorithms left behind on this CPU."
     )
-}
-
-/// A whole number of cycles with thousands separators; `-` for NaN.
-pub fn fmt_num(x: f64) -> String {
-    if !x.is_finite() {
-        return "-".into();
-    }
-    let v = x.round() as i128;
-    let digits = v.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if v < 0 {
-        format!("-{out}")
-    } else {
-        out
-    }
 }
 
 fn stat_row(out: &mut String, label: &str, s: &Option<Summary>) {
@@ -242,7 +222,7 @@ pub fn precision_line(digits: u8) -> String {
     format!(
         "Past {} values per metric the statistics come from a histogram: percentiles to {digits} \
          significant digits; counts, minima and maxima exact.",
-        fmt_num(crate::distribution::EXACT_LIMIT as f64)
+        fmt_num(crate::stats::distribution::EXACT_LIMIT as f64)
     )
 }
 
@@ -306,7 +286,7 @@ pub fn render_text(r: &Report) -> String {
     let h = &r.host;
     let mut out = String::new();
     let per_variant = match r.duration_per_variant {
-        Some(d) => format!("{} per variant (by time)", progress::hms(d)),
+        Some(d) => format!("{} per variant (by time)", hms(d)),
         None => format!("{} round(s) per variant", r.rounds_per_variant),
     };
     let _ = writeln!(

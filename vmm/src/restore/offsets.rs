@@ -108,11 +108,6 @@ pub fn ns_to_cycles(ns: i128, khz: u32) -> Result<i128, OffsetError> {
     Ok((ns * i128::from(khz) + 500_000).div_euclid(1_000_000))
 }
 
-/// `cycles` at `khz` in nanoseconds (for reports).
-pub fn cycles_to_ns(cycles: i128, khz: u32) -> Option<f64> {
-    (khz != 0).then(|| cycles as f64 * 1e6 / f64::from(khz))
-}
-
 /// What the documented formula adds to every vCPU's offset:
 /// `- (guest_src - guest_dst) * freq + (tsc_src - tsc_dst)`, in cycles.
 /// The same for every vCPU, so relative offsets survive bit-exact.

@@ -289,7 +289,7 @@ fn spread_of(values: &[Option<i64>]) -> Option<u64> {
 fn host_interval(last: &Reads, first: &Reads, khz: Option<u32>) -> HostInterval {
     let min_cycles = first.host_before.saturating_sub(last.host_after);
     let max_cycles = first.host_after.saturating_sub(last.host_before);
-    let ns = |c: u64| khz.and_then(|k| offsets::cycles_to_ns(i128::from(c), k));
+    let ns = |c: u64| khz.and_then(|k| crate::units::cycles_to_ns_at(i128::from(c), k));
     HostInterval {
         min_cycles,
         max_cycles,

@@ -1,11 +1,7 @@
 //! What a method did, in words, derived from its report's numbers only.
 
 use super::report::{MethodReport, OffsetFate, VcpuReport};
-use crate::report::fmt_num;
-
-fn num(x: impl Into<i128>) -> String {
-    fmt_num(x.into() as f64)
-}
+use crate::units::{cycles_to_ns_at, fmt_int as num};
 
 fn ids(v: &[&VcpuReport]) -> String {
     v.iter()
@@ -161,7 +157,7 @@ pub fn time(r: &MethodReport) -> String {
             .min()
             .unwrap_or(0);
         let khz = r.tsc_khz.unwrap_or(0);
-        let worst_ns = (khz != 0).then(|| -(worst as f64) * 1e6 / f64::from(khz));
+        let worst_ns = cycles_to_ns_at(-i128::from(worst), khz);
         return format!(
             "the TSC went backwards on vCPU(s) {} across the restore (by up to {} cycles, {}), \
              although {passed} of host time passed",

@@ -428,7 +428,7 @@ fn prepare_and_run(args: &RunArgs) -> Result<Exit, Exit> {
                 facts.notes.push(format!(
                     "stopped after {} rounds, the most the 32-bit round counter holds, before \
                      its time was up",
-                    report::fmt_num(f64::from(MAX_ROUNDS))
+                    crate::units::fmt_num(f64::from(MAX_ROUNDS))
                 ));
             }
             let v = report::variant_report(variant.name(), facts, &acc);

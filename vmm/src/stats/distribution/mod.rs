@@ -20,7 +20,7 @@
 
 use hdrhistogram::Histogram;
 
-use crate::inference::{
+use crate::stats::inference::{
     bootstrap_median_shift, mann_whitney, normal_upper_tail, MannWhitney, MedianShift, PMethod, Rng,
 };
 use crate::stats::{percentile_sorted, summarize, Summary};

@@ -7,7 +7,7 @@
 //!   `iterations` times; every replicate gives `median(b*) - median(a*)` and
 //!   `(median(b*) - median(a*)) / median(a*)`. The 95 % interval is the 2.5th
 //!   and 97.5th percentile of the replicates (percentile method, linear
-//!   interpolation as in [`crate::stats::percentile_sorted`]). The resampling
+//!   interpolation as in [`super::order::percentile_sorted`]). The resampling
 //!   is driven by [`Rng`], so a seed reproduces the interval exactly.
 //! - **Mann-Whitney U** (two-sided): ranks of the pooled sample, ties given
 //!   their average rank. `U` is the number of pairs (a, b) with a > b, ties
@@ -19,7 +19,7 @@
 
 use serde::Serialize;
 
-use crate::stats::percentile_sorted;
+use super::order::percentile_sorted;
 
 /// A small, seedable PRNG: xoshiro256** seeded through SplitMix64. Not for
 /// cryptography; reproducible across platforms.
