@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tsc_sync::Variant;
-use tsc_vmm::options::RunOptions;
-use tsc_vmm::rounds::run;
+use tsc_vmm::run;
+use tsc_vmm::RunOptions;
 
 mod common;
 use common::kvm_or_skip;

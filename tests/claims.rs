@@ -85,12 +85,13 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use tsc_contract::{Inject, Variant};
-use tsc_vmm::analysis::{RoundResult, SkewBasis, VcpuResult};
-use tsc_vmm::compare::{
-    analyse, draw_plot, render_text, CompareData, CompareOptions, MeasuredRound,
+use tsc_vmm::OffsetSource;
+use tsc_vmm::{
+    analyse_comparison as analyse, draw_plot, render_comparison as render_text, CompareData,
+    CompareOptions, MeasuredRound,
 };
-use tsc_vmm::host::{HostInfo, KvmFlavor};
-use tsc_vmm::tsc::OffsetSource;
+use tsc_vmm::{HostInfo, KvmFlavor};
+use tsc_vmm::{RoundResult, SkewBasis, VcpuResult};
 
 /// The sources the table may name, by the name it uses.
 const SOURCES: &[(&str, &str)] = &[
@@ -235,7 +236,7 @@ fn host() -> HostInfo {
         tsc_offset_attr: true,
         offset_source: OffsetSource::KvmVcpuTscOffset,
         guest_tsc_adjust: true,
-        backend: tsc_vmm::options::Backend::Kvm,
+        backend: tsc_vmm::Backend::Kvm,
         host_threads: None,
         sync_windows: None,
         initial_skew_cycles: None,
@@ -307,7 +308,7 @@ fn options(variants: Vec<Variant>, rounds: u32) -> CompareOptions {
         bootstrap: 100,
         timeout: Duration::from_secs(60),
         image: None,
-        backend: tsc_vmm::options::Backend::Kvm,
+        backend: tsc_vmm::Backend::Kvm,
         sync_windows_ms: (20, 2),
         initial_skew: None,
         inject: None,

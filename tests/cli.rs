@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use tsc_vmm::guest_image::EMBEDDED;
-use tsc_vmm::vstate::vm::{HIDE_CAP_ENV, KVM_DEVICE_ENV};
+use tsc_vmm::EMBEDDED;
+use tsc_vmm::{HIDE_CAP_ENV, KVM_DEVICE_ENV};
 
 mod common;
 use common::{hang_bound, kvm_or_skip, wait_bounded};
-use tsc_vmm::options::default_timeout;
+use tsc_vmm::default_timeout;
 
 /// The bound on every command here: the tool's own default deadline for the
 /// largest run these commands could start (2 vCPUs, one round), with the
@@ -247,8 +247,8 @@ fn more_vcpus_than_kvm_or_the_layout_allows_is_refused() {
     if !kvm_or_skip() {
         return;
     }
-    let kvm = tsc_vmm::vstate::vm::open_kvm().expect("KVM opens");
-    let limit = tsc_vmm::vstate::vm::max_vcpus(&kvm);
+    let kvm = tsc_vmm::open_kvm().expect("KVM opens");
+    let limit = tsc_vmm::max_vcpus(&kvm);
     let layout = tsc_contract::layout::MAX_VCPUS;
     // One more than the tighter of the two limits is refused, naming that
     // limit. (Where KVM allows more than the layout holds, as on this

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use iced_x86::{Code, Mnemonic, Register};
 use tsc_contract::{layout, Inject};
-use tsc_vmm::options::default_timeout;
+use tsc_vmm::default_timeout;
 
 mod common;
 use common::{flavor, guest_code, hang_bound, kvm_or_skip, register_in, wait_bounded, Flavor};
@@ -527,7 +527,7 @@ fn every_fault_kind_has_a_test_here() {
         let spec = format!("\"{},vcpu=", kind.name());
         assert!(source.contains(&spec), "no test injects {}", kind.name());
         assert!(
-            tsc_vmm::cmd::args::parse_inject(&format!("{},cycles=1", kind.name())).is_ok(),
+            tsc_vmm::parse_inject(&format!("{},cycles=1", kind.name())).is_ok(),
             "--inject does not accept {}",
             kind.name()
         );
@@ -800,7 +800,7 @@ fn the_watchdog_joins_every_vcpu_thread_within_the_grace_period() {
             "--timeout",
             "2",
         ])
-        .env("RUST_LOG", "tsc_vmm::pool=info")
+        .env("RUST_LOG", "tsc_vmm::vstate::pool=info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -820,7 +820,7 @@ fn the_watchdog_joins_every_vcpu_thread_within_the_grace_period() {
         .filter_map(|us| us.trim().parse().ok())
         .collect();
     assert_eq!(joins.len(), 1, "one pool, joined once: {stderr}");
-    let grace = tsc_vmm::pool::JOIN_GRACE.as_micros();
+    let grace = tsc_vmm::JOIN_GRACE.as_micros();
     assert!(
         joins[0] <= grace,
         "joined in {} us > {grace} us: {stderr}",

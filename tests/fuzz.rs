@@ -10,9 +10,9 @@ use tsc_contract::{
     layout, progress_word, Progress, RecordError, RoundRecord, Variant, RECORD_MAGIC,
     RECORD_NO_TSC_WRITE, RECORD_SIZE,
 };
-use tsc_vmm::analysis::{analyse_round, Base, RoundAccumulator, SkewBasis, VcpuSample};
-use tsc_vmm::guest_image::{check, load, EMBEDDED};
-use tsc_vmm::tsc::TscState;
+use tsc_vmm::TscState;
+use tsc_vmm::{analyse_round, Base, RoundAccumulator, SkewBasis, VcpuSample};
+use tsc_vmm::{check_guest_image as check, load_guest_image as load, EMBEDDED};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 fn config(cases: u32) -> ProptestConfig {

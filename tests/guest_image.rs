@@ -4,7 +4,7 @@
 //! executable segment of the embedded ELF and fails on any such instruction.
 
 use iced_x86::{CpuidFeature, Decoder, DecoderOptions, Instruction, Mnemonic};
-use tsc_vmm::guest_image::EMBEDDED;
+use tsc_vmm::EMBEDDED;
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes([b[o], b[o + 1]])

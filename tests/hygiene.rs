@@ -12,8 +12,8 @@
 use std::time::Instant;
 
 use tsc_sync::Variant;
-use tsc_vmm::options::{default_timeout, RunOptions};
-use tsc_vmm::rounds::run;
+use tsc_vmm::run;
+use tsc_vmm::{default_timeout, RunOptions};
 
 mod common;
 use common::kvm_or_skip;

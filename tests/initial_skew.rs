@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tsc_contract::Variant;
-use tsc_vmm::error::{Failure, RunError};
-use tsc_vmm::options::{Backend, RunOptions};
-use tsc_vmm::rounds::{run, RunOutput};
-use tsc_vmm::skew::{targets, SkewError};
+use tsc_vmm::{initial_skew_targets as targets, SkewError};
+use tsc_vmm::{run, RunOutput};
+use tsc_vmm::{Backend, RunOptions};
+use tsc_vmm::{Failure, RunError};
 
 mod common;
 use common::kvm_or_skip;
@@ -192,18 +192,10 @@ fn a_bad_initial_skew_is_refused_naming_the_flag() {
 /// found without the code under test: `None` when it lacks the attribute,
 /// else whether it keeps the value (read back before any vCPU runs).
 fn kernel_keeps_offsets() -> Option<bool> {
-    use tsc_vmm::tsc;
-    use tsc_vmm::vstate::vm::{open_kvm, Vm};
+    use tsc_vmm as tsc;
+    use tsc_vmm::{open_kvm, Vm, VmSpec};
     let kvm = open_kvm().expect("KVM opens");
-    let vm = Vm::new(
-        kvm,
-        2,
-        1,
-        Variant::XenStd,
-        0,
-        tsc_vmm::guest_image::EMBEDDED,
-    )
-    .expect("a VM");
+    let vm = Vm::new(kvm, &VmSpec::rounds(2, 1, Variant::XenStd)).expect("a VM");
     let fd = &vm.vcpus[1];
     if !tsc::has_offset_attr(fd) {
         return None;

@@ -11,10 +11,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use tsc_sync::Variant;
-use tsc_vmm::analysis::RoundResult;
-use tsc_vmm::host::KvmFlavor;
-use tsc_vmm::options::RunOptions;
-use tsc_vmm::rounds::{run, RunOutput};
+use tsc_vmm::KvmFlavor;
+use tsc_vmm::RoundResult;
+use tsc_vmm::RunOptions;
+use tsc_vmm::{run, RunOutput};
 
 mod common;
 use common::kvm_or_skip;
@@ -464,19 +464,12 @@ fn a_vm_created_off_the_main_thread_finds_its_debugfs_offsets() {
         return;
     }
     use std::os::fd::AsRawFd;
-    use tsc_vmm::tsc::{self, debugfs};
-    use tsc_vmm::vstate::vm::{open_kvm, Vm};
+    use tsc_vmm as tsc;
+    use tsc_vmm::debugfs;
+    use tsc_vmm::{open_kvm, Vm, VmSpec};
     let found = std::thread::spawn(|| {
         let kvm = open_kvm().expect("KVM");
-        let vm = Vm::new(
-            kvm,
-            2,
-            1,
-            Variant::XenHead,
-            0,
-            tsc_vmm::guest_image::EMBEDDED,
-        )
-        .expect("a VM");
+        let vm = Vm::new(kvm, &VmSpec::rounds(2, 1, Variant::XenHead)).expect("a VM");
         assert_ne!(
             vm.creator_tid,
             std::process::id(),

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tsc_contract::Variant;
-use tsc_vmm::analysis::RoundResult;
-use tsc_vmm::options::{Backend, RunOptions};
-use tsc_vmm::rounds::{run, RunOutput};
+use tsc_vmm::RoundResult;
+use tsc_vmm::{run, RunOutput};
+use tsc_vmm::{Backend, RunOptions};
 
 mod common;
 use common::interrupt::interrupt_after;

@@ -15,8 +15,8 @@
 //!   relative error of the complementary error function (below 1.2e-7).
 
 use serde_json::Value;
-use tsc_vmm::stats::inference::{mann_whitney, PMethod};
-use tsc_vmm::stats::summarize;
+use tsc_vmm::summarize;
+use tsc_vmm::{mann_whitney, PMethod};
 
 mod common;
 use common::stats_fixture::{load as fixture, values};

@@ -7,7 +7,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use tsc_sync::{rendezvous, Cpu, Readings, Shared, Variant};
-use tsc_vmm::tsc::host_rdtsc;
+use tsc_vmm::host_rdtsc;
 
 /// The variants that run Xen's TSC rendezvous (one common write); the std
 /// rendezvous and Linux's sync have their own host-thread tests in tsc-sync.

@@ -15,7 +15,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tsc_contract::Variant;
-use tsc_vmm::restore::{self, Method, MethodOptions, RestoreError, Step, INJECTABLE};
+use tsc_vmm::{
+    measure_method, probe_restore, Method, MethodOptions, RestoreError, RestoreStep as Step,
+    RESTORE_INJECTABLE as INJECTABLE,
+};
 
 mod common;
 use common::kvm_or_skip;
@@ -118,7 +121,7 @@ fn restore_json_matches_the_schema_and_the_host() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(doc["schema"], restore::SCHEMA);
+    assert_eq!(doc["schema"], tsc_vmm::RESTORE_SCHEMA);
     assert_eq!(doc["options"]["delay_ms"], 50);
     let names: Vec<&str> = doc["methods"]
         .as_array()
@@ -357,7 +360,7 @@ fn bad_input_is_refused_with_the_fix() {
     assert_refused(&["--variant", "xen-4.16"], &[], &["unknown variant"]);
     assert_refused(
         &[],
-        &[(restore::FAIL_ENV, "nowhere")],
+        &[(tsc_vmm::RESTORE_FAIL_ENV, "nowhere")],
         &[
             "TSC_RENDEZVOUS_TEST_RESTORE_FAIL='nowhere'",
             "snapshot, create",
@@ -375,7 +378,7 @@ fn a_restore_that_fails_half_way_reports_what_it_measured() {
     }
     let out = restore_cmd(
         &["--json", "--methods", "msr,documented", "--delay-ms", "0"],
-        &[(restore::FAIL_ENV, "tsc")],
+        &[(tsc_vmm::RESTORE_FAIL_ENV, "tsc")],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
@@ -460,9 +463,9 @@ fn a_failure_in_any_step_frees_both_vms() {
         fail_at,
     };
     // Warm up: the kick handler, the logger, allocator arenas.
-    let (_, e) = restore::measure(&opts(None), Method::Msr);
+    let (_, e) = measure_method(&opts(None), Method::Msr);
     assert!(e.is_none(), "{e:?}");
-    let support = restore::measure::probe(Duration::from_secs(60))
+    let support = probe_restore(Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("probe: {e}"))
         .support;
     let methods: Vec<Method> = [Method::Msr, Method::Documented]
@@ -472,7 +475,7 @@ fn a_failure_in_any_step_frees_both_vms() {
     let before = counts();
     for step in INJECTABLE {
         for &m in &methods {
-            let (run, e) = restore::measure(&opts(Some(step)), m);
+            let (run, e) = measure_method(&opts(Some(step)), m);
             match e {
                 Some(RestoreError::Injected(s)) => assert_eq!(s, step),
                 other => panic!("{} at {}: {other:?}", m.name(), step.name()),
@@ -495,7 +498,7 @@ fn a_failure_in_any_step_frees_both_vms() {
             );
         }
     }
-    let (_, e) = restore::measure(&opts(None), Method::Msr);
+    let (_, e) = measure_method(&opts(None), Method::Msr);
     assert!(e.is_none(), "{e:?}");
     assert_eq!(counts(), before, "after a complete run");
 }

@@ -15,11 +15,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tsc_vmm::stats::distribution::{
-    mann_whitney_of, median_shift_of, Distribution, SIGNIFICANT_DIGITS,
-};
-use tsc_vmm::stats::inference::{bootstrap_median_shift, Rng};
-use tsc_vmm::stats::summarize;
+use tsc_vmm::summarize;
+use tsc_vmm::{bootstrap_median_shift, Rng};
+use tsc_vmm::{mann_whitney_of, median_shift_of, Distribution, SIGNIFICANT_DIGITS};
 
 mod common;
 use common::interrupt::interrupt_after;

@@ -103,7 +103,7 @@ pub fn flavor() -> Flavor {
 /// from the ELF (program headers parsed here, not by the VMM).
 #[allow(dead_code)]
 pub fn guest_code() -> Vec<iced_x86::Instruction> {
-    let elf = tsc_vmm::guest_image::EMBEDDED;
+    let elf = tsc_vmm::EMBEDDED;
     let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]);
     let u32_at = |o: usize| u32::from_le_bytes([elf[o], elf[o + 1], elf[o + 2], elf[o + 3]]);
     let u64_at = |o: usize| {

@@ -1,17 +1,17 @@
-//! Why a run (or a command-mode session) ended early. Every variant names the
-//! vCPU and round where that applies, and says what to do when there is
-//! something to do.
+//! Why a run (or a command-mode session) ended early: the VM's and the vCPU
+//! pool's own errors ([`VmError`], [`PoolError`]) composed with what the run
+//! itself can find wrong (records, the host threads, the outputs). Every
+//! variant names the vCPU and round where that applies, and says what to do
+//! when there is something to do.
 
-use std::fmt;
-use std::time::Duration;
-
-use tsc_contract::{Progress, RecordError};
+use tsc_contract::{RecordError, RoundRecord, Variant};
 
 use crate::host::HostInfo;
-use crate::stop::signal_name;
-use crate::tsc::TscError;
-use crate::vstate::exit::VcpuError;
-use crate::vstate::vm::VmError;
+use crate::initial_skew::SkewError;
+use crate::stop::Signal;
+use crate::vstate::sync_area::SyncError;
+use crate::vstate::{MemError, PoolError, VmError};
+use crate::watchdog::Stall;
 
 /// Why a run ended early.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
@@ -19,29 +19,15 @@ pub enum RunError {
     /// {0}
     Vm(#[from] VmError),
     /// {0}
-    InitialSkew(#[from] crate::skew::SkewError),
+    Pool(#[from] PoolError),
+    /// {0}
+    Memory(#[from] MemError),
+    /// {0}
+    InitialSkew(#[from] SkewError),
     /// cannot start a vCPU thread: {0}
     Spawn(#[source] std::io::Error),
-    /// cannot install the vCPU kick signal handler: {0}
-    KickHandler(#[source] vmm_sys_util::errno::Error),
-    /// vCPU {vcpu} in round {round}: {error}
-    Vcpu {
-        /// The vCPU.
-        vcpu: u32,
-        /// In which round (in command mode: which command).
-        round: u32,
-        /// What happened.
-        #[source]
-        error: VcpuError,
-    },
-    /// reading vCPU {vcpu}'s TSC state failed: {error}
-    Readback {
-        /// The vCPU.
-        vcpu: u32,
-        /// The error.
-        #[source]
-        error: TscError,
-    },
+    /// cannot measure the host's TSC frequency against CLOCK_MONOTONIC; the host backend needs it
+    HostTscKhz,
     /// vCPU {vcpu}'s record of round {round} is invalid: {error}
     BadRecord {
         /// The vCPU.
@@ -58,7 +44,7 @@ pub enum RunError {
         round: u32,
         /// What is wrong with the guest's result.
         #[source]
-        error: crate::vstate::sync_area::SyncError,
+        error: SyncError,
     },
     /// vCPU {vcpu}'s record of round {round} cannot be read from guest memory
     UnreadableRecord {
@@ -66,24 +52,6 @@ pub enum RunError {
         vcpu: u32,
         /// The round.
         round: u32,
-    },
-    /// vCPU {vcpu} reported the end of round {found} while round {expected} was running
-    WrongRound {
-        /// The vCPU.
-        vcpu: u32,
-        /// The round running.
-        expected: u32,
-        /// What the guest reported.
-        found: u32,
-    },
-    /// vCPU {vcpu} reported command {found} done while command {expected} was running
-    WrongCommand {
-        /// The vCPU.
-        vcpu: u32,
-        /// The command running.
-        expected: u32,
-        /// What the guest reported.
-        found: u32,
     },
     /// {0}
     Timeout(Stall),
@@ -98,13 +66,6 @@ pub enum RunError {
     Output(String),
     /// vCPU {0}'s thread ended unexpectedly
     Lost(u32),
-    /// vCPU {vcpu} reported it had finished every round while round {round} was running
-    FinishedEarly {
-        /// The vCPU.
-        vcpu: u32,
-        /// The round running.
-        round: u32,
-    },
     /// nothing to run: no variant or no round was asked for
     NothingToRun,
 }
@@ -117,7 +78,7 @@ impl RunError {
             self,
             RunError::Vm(_)
                 | RunError::InitialSkew(_)
-                | RunError::KickHandler(_)
+                | RunError::Pool(PoolError::KickHandler(_))
                 | RunError::NothingToRun
         )
     }
@@ -126,6 +87,7 @@ impl RunError {
     pub fn signal(&self) -> Option<i32> {
         match self {
             RunError::Interrupted { signal, .. } => Some(signal.0),
+            RunError::Pool(p) => p.signal(),
             _ => None,
         }
     }
@@ -137,54 +99,21 @@ impl RunError {
             round,
         }
     }
-}
 
-/// A signal, shown by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Signal(pub i32);
-
-impl fmt::Display for Signal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&signal_name(self.0))
-    }
-}
-
-/// What the watchdog found when the deadline passed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stall {
-    /// The round running.
-    pub round: u32,
-    /// vCPUs that had not reported, with where each said it was (from its
-    /// progress slot in guest memory; `None` when unreadable).
-    pub missing: Vec<(u32, Option<Progress>)>,
-    /// The rendezvous semaphore, read from guest memory.
-    pub semaphore: Option<u32>,
-    /// The deadline.
-    pub timeout: Duration,
-}
-
-impl fmt::Display for Stall {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ids: Vec<String> = self.missing.iter().map(|(v, _)| v.to_string()).collect();
-        write!(
-            f,
-            "timed out after {:.1} s in round {}: vCPU(s) {} had not arrived",
-            self.timeout.as_secs_f64(),
-            self.round,
-            ids.join(", ")
-        )?;
-        for (i, (v, p)) in self.missing.iter().enumerate() {
-            let sep = if i == 0 { "; " } else { ", " };
-            match p {
-                Some(p) => write!(f, "{sep}vCPU {v} {p}")?,
-                None => write!(f, "{sep}vCPU {v}'s progress is unreadable")?,
-            }
+    /// Validates every vCPU's record of `round` (index = vCPU) against the
+    /// contract: the first invalid one is the error.
+    pub fn check_records(
+        records: &[RoundRecord],
+        round: u32,
+        variant: Variant,
+    ) -> Result<(), RunError> {
+        for (k, record) in records.iter().enumerate() {
+            let vcpu = k as u32;
+            record
+                .validate(vcpu, round, variant as u32)
+                .map_err(|error| RunError::BadRecord { vcpu, round, error })?;
         }
-        match self.semaphore {
-            Some(s) => write!(f, "; rendezvous semaphore = {s} (read from guest memory)")?,
-            None => write!(f, "; rendezvous semaphore unreadable")?,
-        }
-        write!(f, "; raise --timeout if the host is only slow")
+        Ok(())
     }
 }
 
@@ -218,32 +147,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_timeout_says_who_was_where_and_what_to_do() {
-        let e = RunError::Timeout(Stall {
-            round: 2,
-            missing: vec![
-                (
-                    0,
-                    Some(Progress::At {
-                        round: 2,
-                        iteration: 3,
-                    }),
-                ),
-                (1, None),
-            ],
-            semaphore: Some(1),
-            timeout: Duration::from_millis(4_000),
-        })
-        .to_string();
-        assert_eq!(
-            e,
-            "timed out after 4.0 s in round 2: vCPU(s) 0, 1 had not arrived; vCPU 0 was in \
-             round 2 iteration 3, vCPU 1's progress is unreadable; rendezvous semaphore = 1 \
-             (read from guest memory); raise --timeout if the host is only slow"
-        );
-    }
-
-    #[test]
     fn setup_errors_and_signals_are_told_apart() {
         let e = RunError::interrupted(libc::SIGTERM, 4);
         assert_eq!(e.signal(), Some(libc::SIGTERM));
@@ -255,6 +158,21 @@ mod tests {
         assert!(RunError::Vm(VmError::MissingCapability("KVM_CAP_X")).is_setup());
         assert!(!RunError::Lost(1).is_setup());
         assert_eq!(RunError::Lost(1).signal(), None);
+        // The pool's own errors keep their meaning through the run's.
+        let e = RunError::from(PoolError::Interrupted {
+            signal: Signal(libc::SIGINT),
+            round: 2,
+        });
+        assert_eq!(e.signal(), Some(libc::SIGINT));
+        assert_eq!(
+            e.to_string(),
+            "interrupted by SIGINT (Ctrl-C) in round 2; the vCPUs were stopped"
+        );
+        let e = RunError::from(PoolError::KickHandler(vmm_sys_util::errno::Error::new(
+            libc::EINVAL,
+        )));
+        assert!(e.is_setup());
+        assert!(!RunError::from(PoolError::Lost(0)).is_setup());
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 pub use crate::options::Backend;
+use crate::options::Windows;
 use crate::tsc::OffsetSource;
-use crate::vstate::sync_area::Windows;
 
 /// Which hypervisor implements /dev/kvm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,56 +3,71 @@
 //! every vCPU's TSC state back through KVM after every round and reports the
 //! skew the rendezvous left behind.
 //!
-//! Data flows one way: options ([`options`]) → VM ([`vstate`]) → guest
-//! records and KVM readback ([`rounds`], [`session`], [`tsc`]) → analysed
-//! rounds ([`analysis`]) → findings ([`check`], [`compare`]) → reports
-//! ([`report`]); the subcommands that drive it are in [`cmd`].
+//! The modules are private; what the binary, the benchmark and the
+//! integration tests use is re-exported below. Imports only look down the
+//! layers (the `layers` test fails when one looks up):
 //!
-//! Where things live:
-//! - [`arch::x86_64`]: guest setup (page tables, GDT, registers, CPUID, MSRs).
-//! - [`guest_image`]: the embedded guest ELF and how it is loaded.
-//! - [`vstate`]: the VM and the vCPU threads; [`pool`]: starting, driving and
-//!   stopping them.
-//! - [`tsc`]: reading a vCPU's TSC state back through KVM.
-//! - [`host`]: facts about the host (KVM flavour, kernel, TSC frequency).
-//! - [`options`]: what a run is asked to do; [`stop`]: the stop request.
-//! - [`error`]: why a run ended early.
-//! - [`rounds`]: one run, from VM creation to the per-round results.
-//! - [`session`]: a VM in command mode, for step-by-step checks.
-//! - [`skew`]: `--initial-skew`, set exactly and verified before the first
-//!   round.
-//! - [`restore`]: snapshot and restore of the TSC state (`restore`, check 7).
-//! - [`native`]: the host backend, the algorithms on host threads.
-//! - [`analysis`]: skew, honoured writes and exit times from the raw readings.
-//! - [`stats`]: order statistics; [`inference`]: PRNG, bootstrap intervals
-//!   and the Mann-Whitney U test; [`distribution`]: the same in memory
-//!   bounded whatever the number of rounds.
-//! - [`compare`]: variants measured interleaved in one VM and compared.
-//! - [`check`]: the regression checks, JUnit output and baselines.
-//! - [`report`]: the readable `run` report and its JSON schema.
-//! - [`cmd`]: the command line, one module per subcommand.
+//! 1. leaves: `units` (numbers and units), `stats` (order statistics,
+//!    inference, bounded distributions), `arch` (pure x86 builders),
+//!    `guest_image`, `stop` (the SIGINT/SIGTERM request), `watchdog`;
+//! 2. what a run is asked for (`options`), KVM's TSC readback (`tsc`), host
+//!    facts (`host`);
+//! 3. the VM, its memory, its vCPU threads, their pool and every vCPU's
+//!    saved state (`vstate`), `--initial-skew` (`initial_skew`);
+//! 4. the analysis of a round's records and readback (`analysis`), why a
+//!    run ended early (`error`);
+//! 5. where the rounds run (`backend`: KVM or host threads, one trait), the
+//!    one round driver over it (`run`), the command-mode VM (`session`);
+//! 6. findings and reports: `restore`, `check`, `compare`, `report`;
+//! 7. the command line (`cmd`).
 #![deny(missing_docs)]
 
-pub mod analysis;
-pub mod arch;
-pub mod check;
-pub mod cmd;
-pub mod compare;
+mod analysis;
+mod arch;
+mod backend;
+mod check;
+mod cmd;
+mod compare;
+mod error;
+mod guest_image;
+mod host;
+mod initial_skew;
+mod options;
+mod report;
+mod restore;
+mod run;
+mod session;
+mod stats;
+mod stop;
+mod tsc;
+mod units;
+mod vstate;
+mod watchdog;
 
-pub mod error;
-pub mod guest_image;
-pub mod host;
-
-pub mod native;
-pub mod options;
-pub mod pool;
-pub mod report;
-pub mod restore;
-pub mod rounds;
-pub mod session;
-pub mod skew;
-pub mod stats;
-pub mod stop;
-pub mod tsc;
-pub mod units;
-pub mod vstate;
+pub use analysis::{
+    analyse_round, Base, RoundAccumulator, RoundResult, SkewBasis, VcpuResult, VcpuSample,
+};
+pub use cmd::{dispatch, parse_inject, Cli};
+pub use compare::{
+    analyse as analyse_comparison, draw_plot, render_text as render_comparison, CompareData,
+    CompareOptions, MeasuredRound,
+};
+pub use error::{Failure, RunError};
+pub use guest_image::{check as check_guest_image, load as load_guest_image, EMBEDDED};
+pub use host::{HostInfo, KvmFlavor};
+pub use initial_skew::{targets as initial_skew_targets, SkewError};
+pub use options::{default_timeout, Backend, RunOptions};
+pub use restore::{measure_method, probe as probe_restore, Method, MethodOptions, RestoreError};
+pub use restore::{
+    Step as RestoreStep, FAIL_ENV as RESTORE_FAIL_ENV, INJECTABLE as RESTORE_INJECTABLE,
+    SCHEMA as RESTORE_SCHEMA,
+};
+pub use run::{run, run_streaming, RunOutput};
+pub use stats::distribution::{mann_whitney_of, median_shift_of, Distribution, SIGNIFICANT_DIGITS};
+pub use stats::inference::{bootstrap_median_shift, mann_whitney, PMethod, Rng};
+pub use stats::summarize;
+pub use tsc::{
+    debugfs, get_offset, has_offset_attr, host_rdtsc, set_offset, OffsetSource, TscState,
+};
+pub use vstate::pool::JOIN_GRACE;
+pub use vstate::vm::{max_vcpus, open_kvm, Vm, VmSpec, HIDE_CAP_ENV, KVM_DEVICE_ENV};

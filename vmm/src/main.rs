@@ -1,12 +1,12 @@
 //! `tsc-rendezvous`: the command-line entry point. Parsing, logging, and the
-//! subcommand the arguments name (see [`tsc_vmm::cmd`]); exit codes as
+//! subcommand the arguments name (see [`tsc_vmm::dispatch`]); exit codes as
 //! `--help` states them.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use tsc_vmm::cmd::{self, Cli};
+use tsc_vmm::{dispatch, Cli};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -20,5 +20,5 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp_millis()
         .init();
-    cmd::dispatch(cli).into()
+    dispatch(cli).into()
 }

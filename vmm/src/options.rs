@@ -8,8 +8,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tsc_contract::{Config, Inject, Variant};
 
-use crate::vstate::sync_area::{FIRST_WINDOW_MS, WINDOW_MS};
-
 /// Where the algorithms run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -42,6 +40,36 @@ impl Backend {
     }
 }
 
+/// Linux's window for an AP that starts a package (`loop_timeout()`), ms.
+pub const FIRST_WINDOW_MS: u64 = 20;
+/// Linux's window for any other AP, ms.
+pub const WINDOW_MS: u64 = 2;
+
+/// The windows Linux's sync runs with, in ms and in TSC cycles.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Windows {
+    /// The window of an AP that starts a package, ms.
+    pub first_ms: u64,
+    /// The window of any other AP, ms.
+    pub ms: u64,
+    /// `first_ms` in TSC cycles.
+    pub first_cycles: u64,
+    /// `ms` in TSC cycles.
+    pub cycles: u64,
+}
+
+impl Windows {
+    /// `(first_ms, ms)` at `tsc_khz`.
+    pub fn at(tsc_khz: u32, (first_ms, ms): (u64, u64)) -> Windows {
+        Windows {
+            first_ms,
+            ms,
+            first_cycles: first_ms.saturating_mul(u64::from(tsc_khz)),
+            cycles: ms.saturating_mul(u64::from(tsc_khz)),
+        }
+    }
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -55,7 +83,7 @@ pub struct RunOptions {
     /// set).
     pub timeout: Duration,
     /// When set, every round must finish within this instead (the watchdog
-    /// is re-armed before each round; see [`crate::rounds::run_scheduled`]):
+    /// is re-armed before each round; see [`crate::run::run_scheduled`]):
     /// runs that end when their time is up (`--duration`).
     pub round_timeout: Option<Duration>,
     /// The guest image; the embedded one when `None`.
@@ -173,6 +201,12 @@ mod tests {
             serde_json::to_value(Backend::Host).ok(),
             Some(serde_json::json!("host"))
         );
+    }
+
+    #[test]
+    fn windows_convert_at_the_tsc_frequency() {
+        let w = Windows::at(2_000_000, (FIRST_WINDOW_MS, WINDOW_MS));
+        assert_eq!((w.first_cycles, w.cycles), (40_000_000, 4_000_000));
     }
 
     #[test]

@@ -4,16 +4,15 @@
 
 use std::time::Duration;
 
-use tsc_contract::{CommandSlot, Op, RoundRecord, Variant, CONFIG_COMMAND_MODE};
+use tsc_contract::{CommandSlot, Op, RoundRecord, Variant};
 use vm_memory::GuestMemoryMmap;
 
 use crate::error::RunError;
-use crate::pool::VcpuPool;
-use crate::restore::snapshot::Saved;
 use crate::tsc::TscState;
 use crate::vstate::sync_area::{self, SyncRound};
 use crate::vstate::vcpu::Command;
-use crate::vstate::vm::{self, Vm};
+use crate::vstate::vm::{self, Vm, VmSpec};
+use crate::vstate::{memory, Saved, VcpuPool};
 
 /// What one vCPU saw in the warp test.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -41,15 +40,7 @@ impl Session {
     /// them are parked, ready for the first command. Everything must finish
     /// within `timeout`.
     pub fn start(vcpus: u32, timeout: Duration) -> Result<Session, RunError> {
-        let kvm = vm::open_kvm()?;
-        let machine = Vm::new(
-            kvm,
-            vcpus,
-            0,
-            Variant::XenHead,
-            CONFIG_COMMAND_MODE,
-            crate::guest_image::EMBEDDED,
-        )?;
+        let machine = Vm::new(vm::open_kvm()?, &VmSpec::command_mode(vcpus))?;
         let mut s = Session {
             pool: VcpuPool::start(machine, timeout, u32::MAX)?,
             seq: 0,
@@ -77,7 +68,7 @@ impl Session {
     /// Every (parked) vCPU's state for a snapshot, each one's pending port
     /// I/O completed first (see [`crate::restore::snapshot`]).
     pub fn save_vcpus(&mut self) -> Result<Vec<Saved>, RunError> {
-        self.pool.save_all(self.seq)
+        Ok(self.pool.save_all(self.seq)?)
     }
 
     /// Guest memory.
@@ -131,18 +122,18 @@ impl Session {
             .any(|c| c.op == Op::Rendezvous as u32 || c.op == Op::Warp as u32);
         let mem = self.pool.mem();
         if needs_reset {
-            vm::reset_rendezvous(mem)?;
-            vm::reset_warp(mem)?;
-            sync_area::clear_results(mem, self.vcpus())?;
+            memory::reset_rendezvous(mem)?;
+            memory::reset_warp(mem)?;
+            memory::clear_sync_results(mem, self.vcpus())?;
         }
         for i in 0..self.vcpus() {
             let c = cmds.get(i as usize).copied().unwrap_or_default();
-            vm::write_command(mem, i, &c)?;
+            memory::write_command(mem, i, &c)?;
         }
         self.resume()?;
         let mem = self.pool.mem();
         (0..self.vcpus())
-            .map(|i| vm::read_command(mem, i).map_err(RunError::from))
+            .map(|i| memory::read_command(mem, i).map_err(RunError::from))
             .collect()
     }
 
@@ -212,7 +203,10 @@ impl Session {
             value: u64::from(round),
             ..Default::default()
         })?;
-        self.pool.read_records(round, variant, records)
+        let vcpus = self.vcpus();
+        memory::read_records(self.pool.mem(), vcpus, records)
+            .map_err(|vcpu| RunError::UnreadableRecord { vcpu, round })?;
+        RunError::check_records(records, round, variant)
     }
 
     /// What Linux's sync's round just run left in every vCPU's result slot.
@@ -243,23 +237,22 @@ impl Session {
 
     /// Every vCPU's TSC state as KVM reports it.
     pub fn readback(&mut self) -> Result<Vec<TscState>, RunError> {
-        self.pool.readback(self.seq)
+        Ok(self.pool.readback(self.seq)?)
     }
 
     /// Every vCPU's TSC state as KVM reports it, into `out`.
     pub fn readback_into(&mut self, out: &mut Vec<TscState>) -> Result<(), RunError> {
-        self.pool.readback_into(self.seq, out)
+        Ok(self.pool.readback_into(self.seq, out)?)
     }
 
     /// Host KVM_GET_MSRS of one MSR on `vcpu`.
     pub fn host_get_msr(&mut self, vcpu: u32, msr: u32) -> Result<u64, RunError> {
-        self.pool.msr(vcpu, Command::GetMsr(msr), self.seq)
+        Ok(self.pool.msr(vcpu, Command::GetMsr(msr), self.seq)?)
     }
 
     /// Host KVM_SET_MSRS of one MSR on `vcpu`.
     pub fn host_set_msr(&mut self, vcpu: u32, msr: u32, value: u64) -> Result<(), RunError> {
-        self.pool
-            .msr(vcpu, Command::SetMsr(msr, value), self.seq)
-            .map(|_| ())
+        self.pool.msr(vcpu, Command::SetMsr(msr, value), self.seq)?;
+        Ok(())
     }
 }

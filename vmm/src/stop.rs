@@ -3,6 +3,7 @@
 //! Whoever waits for vCPUs polls [`requested`]; the commands install the
 //! handlers with [`install_handlers`].
 
+use std::fmt;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The signal that asked the run to stop, 0 for none.
@@ -39,6 +40,16 @@ pub fn signal_name(signal: i32) -> String {
         libc::SIGTERM => "SIGTERM".into(),
         libc::SIGHUP => "SIGHUP".into(),
         s => format!("signal {s}"),
+    }
+}
+
+/// A signal, shown by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Signal(pub i32);
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&signal_name(self.0))
     }
 }
 

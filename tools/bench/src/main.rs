@@ -30,9 +30,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use tsc_contract::Variant;
-use tsc_vmm::cmd::Cli;
-use tsc_vmm::options::RunOptions;
-use tsc_vmm::rounds::run_streaming;
+use tsc_vmm::{run_streaming, Cli, RunOptions};
 
 fn opts(vcpus: u32, rounds: usize) -> RunOptions {
     RunOptions {
@@ -139,7 +137,7 @@ fn as_cli(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let exit = tsc_vmm::cmd::dispatch(cli);
+    let exit = tsc_vmm::dispatch(cli);
     eprintln!(
         "{CHILD_MARK} vmhwm_kib={} main_cpu_us={:.0} all_cpu_us={:.0}",
         vm_hwm_kib().unwrap_or(0),

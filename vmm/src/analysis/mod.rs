@@ -175,16 +175,6 @@ pub struct RoundResult {
     pub vcpus: Vec<VcpuResult>,
 }
 
-/// `Some(v)` when every item is `v` (`Some(None)` for no items), `None` when
-/// they differ: whether vCPUs, rounds or runs agree on a verdict.
-pub fn agreement<T: PartialEq + Copy>(
-    items: impl IntoIterator<Item = Option<T>>,
-) -> Option<Option<T>> {
-    let mut it = items.into_iter();
-    let first = it.next().flatten();
-    it.all(|x| x == first).then_some(first)
-}
-
 /// Spread (max - min) of values, 0 for none.
 pub fn spread(values: impl IntoIterator<Item = i64>) -> u64 {
     let mut it = values.into_iter();

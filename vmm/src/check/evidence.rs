@@ -3,8 +3,6 @@
 //! and the warp test. A stop request (SIGINT, SIGTERM) ends the measurement
 //! early with what it had; the checks then judge what is there.
 
-use std::collections::BTreeMap;
-
 use tsc_contract::{RoundRecord, Variant};
 
 use super::report::{CheckOptions, Environment, SkewStats};
@@ -15,6 +13,7 @@ use crate::host::HostInfo;
 use crate::session::{Session, WarpSeen};
 use crate::tsc::{host_rdtsc, TscState};
 use crate::units::cycles_to_ns;
+use crate::vstate::vm;
 
 /// Every guest's TSC read once more after the last round.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,7 +72,7 @@ pub fn measure(opts: &CheckOptions) -> Result<(Evidence, Option<RunError>), RunE
     let initial = s.readback()?;
     let env = Environment {
         host: HostInfo::collect(s.facts(&initial)),
-        kvm_capabilities: s.kvm().map(capabilities).unwrap_or_default(),
+        kvm_capabilities: s.kvm().map(vm::capabilities).unwrap_or_default(),
     };
     let mut ev = Evidence {
         env,
@@ -112,27 +111,4 @@ fn rounds_and_warp(s: &mut Session, ev: &mut Evidence) -> Result<(), RunError> {
     let after = s.readback()?;
     ev.warp = Some(WarpEvidence { seen, after });
     Ok(())
-}
-
-/// The KVM capabilities a report states.
-pub fn capabilities(kvm: &kvm_ioctls::Kvm) -> BTreeMap<String, i32> {
-    use kvm_bindings::{
-        KVM_CAP_ADJUST_CLOCK, KVM_CAP_GET_TSC_KHZ, KVM_CAP_TSC_CONTROL, KVM_CAP_TSC_DEADLINE_TIMER,
-        KVM_CAP_VM_TSC_CONTROL,
-    };
-    let mut m = BTreeMap::new();
-    for (name, cap) in [
-        ("KVM_CAP_TSC_CONTROL", KVM_CAP_TSC_CONTROL),
-        ("KVM_CAP_GET_TSC_KHZ", KVM_CAP_GET_TSC_KHZ),
-        ("KVM_CAP_VM_TSC_CONTROL", KVM_CAP_VM_TSC_CONTROL),
-        ("KVM_CAP_ADJUST_CLOCK", KVM_CAP_ADJUST_CLOCK),
-        ("KVM_CAP_TSC_DEADLINE_TIMER", KVM_CAP_TSC_DEADLINE_TIMER),
-    ] {
-        m.insert(name.to_string(), kvm.check_extension_raw(u64::from(cap)));
-    }
-    m.insert(
-        "KVM_CAP_MAX_VCPUS".into(),
-        crate::vstate::vm::max_vcpus(kvm) as i32,
-    );
-    m
 }

@@ -39,8 +39,7 @@ use crate::host::KvmFlavor;
 
 pub use evidence::Evidence;
 pub use report::{
-    CheckOptions, CheckReport, CheckResult, Counts, Environment, Finding, SkewStats, Verdict,
-    SCHEMA,
+    CheckOptions, CheckReport, CheckResult, Counts, Finding, SkewStats, Verdict, SCHEMA,
 };
 pub use text::render_text;
 

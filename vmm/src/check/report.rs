@@ -91,6 +91,7 @@ impl Finding {
         Finding::new(Verdict::Skip, reason)
     }
 
+    #[cfg(test)]
     /// UNDECIDED, because `reason`.
     pub fn undecided(reason: impl Into<String>) -> Finding {
         Finding::new(Verdict::Undecided, reason)

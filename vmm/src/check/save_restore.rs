@@ -3,7 +3,7 @@
 //! vcpu.rst, "TSC offset"), keeps the guest's TSCs in sync: every relative
 //! offset bit-exact, TSC_ADJUST exact, every guest TSC moved forward by the
 //! host time that passed, and no warp beyond the skew. Measured on VMs of
-//! its own ([`crate::restore::measure`]).
+//! its own ([`crate::restore::measure_method`]).
 
 use std::time::Duration;
 
@@ -52,7 +52,7 @@ impl Check for SaveRestore {
             timeout: ctx.time_left(),
             fail_at: None,
         };
-        let (run, error) = restore::measure(&opts, Method::Documented);
+        let (run, error) = restore::measure_method(&opts, Method::Documented);
         let report = MethodReport::from_run(&run, &opts);
         let flavor = ev.env.host.kvm_flavor;
         match error {
@@ -281,7 +281,7 @@ mod tests {
     use super::*;
     use crate::restore::testdata::{self, honoured, report, set_after, CREATED, DST_CREATED};
 
-    fn judged(run: &crate::restore::MethodRun) -> Finding {
+    fn judged(run: &crate::restore::measure::MethodRun) -> Finding {
         judge(&report(run), 2, KvmFlavor::Svm)
     }
 
@@ -314,7 +314,7 @@ mod tests {
         if let Some(r) = run.last.as_mut() {
             r.tsc = vec![r.host_before + 5_000; 2];
         }
-        if let Some(crate::restore::Trace::Documented(d)) = run.trace.as_mut() {
+        if let Some(crate::restore::methods::Trace::Documented(d)) = run.trace.as_mut() {
             d.offsets_written = vec![1_000, 1_000];
         }
         let f = judge(&report(&run), 2, KvmFlavor::Pvm);
@@ -390,7 +390,7 @@ mod tests {
         // The offsets shifted by 50,000 cycles but real time drifted 0.
         let mut run = honoured(0);
         let shifted = |o: u64| o.wrapping_add(50_000);
-        if let Some(crate::restore::Trace::Documented(d)) = run.trace.as_mut() {
+        if let Some(crate::restore::methods::Trace::Documented(d)) = run.trace.as_mut() {
             d.shift_cycles = Some(50_000);
             d.offsets_written = d.offsets_written.iter().map(|&o| shifted(o)).collect();
         }
@@ -412,7 +412,7 @@ mod tests {
         );
         // Real time stepped by 10 s: the check cannot judge.
         let mut run = honoured(0);
-        if let Some(crate::restore::Trace::Documented(d)) = run.trace.as_mut() {
+        if let Some(crate::restore::methods::Trace::Documented(d)) = run.trace.as_mut() {
             if let Some(dst) = d.destination.as_mut() {
                 dst.realtime_ns += 10_000_000_000;
             }
@@ -444,7 +444,7 @@ mod tests {
         assert_eq!(f.verdict, Verdict::Fail);
         assert!(f.reason.contains("in step 'resume'"), "{}", f.reason);
         let e = failed(
-            RestoreError::Interrupted(crate::error::Signal(libc::SIGINT)),
+            RestoreError::Interrupted(crate::stop::Signal(libc::SIGINT)),
             &report(&run),
             KvmFlavor::Svm,
         )

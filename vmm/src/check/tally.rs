@@ -65,6 +65,7 @@ fn index(by: Option<DecidedBy>) -> usize {
 }
 
 impl RoundTally {
+    #[cfg(test)]
     /// The tally of `rounds`.
     pub fn of<'a>(rounds: impl IntoIterator<Item = &'a RoundResult>) -> RoundTally {
         let mut t = RoundTally::default();

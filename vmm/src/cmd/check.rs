@@ -14,6 +14,7 @@ use super::args::{
     parse_one_variant, parse_percent, parse_positive, parse_rounds, parse_timeout, parse_vcpus,
 };
 use super::common::{cannot_run, install_stop_handlers, Exit};
+use crate::check::baseline::DEFAULT_TOLERANCE;
 use crate::check::{self, baseline, junit, ktap, CheckOptions};
 use crate::options::default_timeout;
 use crate::report;
@@ -68,7 +69,7 @@ pub struct CheckArgs {
 
     /// Allowed growth of the median skew against the baseline, in percent
     /// (growth below 1,000 cycles never counts).
-    #[arg(long, value_name = "PERCENT", default_value_t = 50.0, value_parser = parse_percent)]
+    #[arg(long, value_name = "PERCENT", default_value_t = DEFAULT_TOLERANCE * 100.0, value_parser = parse_percent)]
     pub tolerance: f64,
 
     /// Give up after this many seconds. Default: 120 s plus 100 ms per round

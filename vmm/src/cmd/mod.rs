@@ -12,6 +12,7 @@ pub mod run;
 
 use clap::{Parser, Subcommand};
 
+pub use args::parse_inject;
 use check::CheckArgs;
 use common::Exit;
 use compare::CompareArgs;

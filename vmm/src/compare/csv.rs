@@ -57,6 +57,7 @@ pub fn row(r: &MeasuredRound, v: &VcpuResult) -> String {
     )
 }
 
+#[cfg(test)]
 /// Writes every measured round, one row per vCPU.
 pub fn write_csv(out: &mut impl Write, rounds: &[MeasuredRound]) -> io::Result<()> {
     let mut w = CsvWriter::new(out)?;

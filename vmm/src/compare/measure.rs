@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::{Blocks, CompareOptions, Measured, MeasuredRound, Tallies, VmSchedule};
 use crate::error::RunError;
 use crate::options::RunOptions;
-use crate::rounds::{self, Schedule};
+use crate::run::{self, Schedule};
 
 /// A measurement that ended early: what it measured (`None` when it failed
 /// before the first VM said anything about the host) and why it ended.
@@ -131,7 +131,7 @@ pub fn measure(
         let mut measured_here = 0u32;
         let this_vm = vm;
         vm += 1;
-        let result = rounds::run_scheduled(&run_opts, &mut schedule, &mut |result| {
+        let result = run::run_scheduled(&run_opts, &mut schedule, &mut |result| {
             let i = round_in_vm;
             round_in_vm += 1;
             if i < warm {

@@ -39,11 +39,11 @@ use crate::stats::distribution::Distribution;
 use crate::stats::inference::{MannWhitney, MedianShift};
 use crate::stats::Summary;
 
-pub use analyse::{analyse, analyse_measured, p_text, verdict};
-pub use csv::{write_csv, CsvWriter};
+pub use analyse::{analyse, analyse_measured, p_text};
+pub use csv::CsvWriter;
 pub use measure::{measure, ByTime, Partial};
-pub use plan::{plan, Blocks, VmSchedule};
-pub use plot::{beyond_axis, draw_plot, legend, legend_of, x_range, x_range_of, PlotData};
+pub use plan::{Blocks, VmSchedule};
+pub use plot::draw_plot;
 pub use text::render_text;
 
 /// The schema identifier of `compare --json` (`vmm/schema/compare-v1.json`).
@@ -80,17 +80,6 @@ pub struct CompareOptions {
     pub timeout: Duration,
     /// The guest image; the embedded one when `None`.
     pub image: Option<Vec<u8>>,
-}
-
-/// One VM's share of the schedule.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VmPlan {
-    /// Warm-up rounds, run first and excluded.
-    pub warmup: Vec<Variant>,
-    /// Measured rounds, whole blocks.
-    pub measured: Vec<Variant>,
-    /// Index of the VM's first block.
-    pub first_block: u32,
 }
 
 /// One measured round and where it ran.
@@ -268,6 +257,8 @@ impl<'a> SummaryRecord<'a> {
 /// The metrics compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+// The names are the JSON's (`skew_cycles`, ...), unit included.
+#[allow(clippy::enum_variant_names)]
 pub enum Metric {
     /// CPU 0's loop-exit time (the seed's metric), one value per round.
     Cpu0ExitLatencyCycles,

@@ -10,8 +10,7 @@ use std::time::Instant;
 
 use tsc_contract::Variant;
 
-use super::VmPlan;
-use crate::rounds::Schedule;
+use crate::run::Schedule;
 use crate::stats::inference::Rng;
 
 /// Blocks of the variants, each in an order drawn from the seeded PRNG,
@@ -97,11 +96,6 @@ impl<'a> VmSchedule<'a> {
             drawn: 0,
         }
     }
-
-    /// Whether round `i` of the VM (0-based) is a warm-up round.
-    pub fn is_warmup(&self, i: u32) -> bool {
-        i < self.warmup
-    }
 }
 
 impl Schedule for VmSchedule<'_> {
@@ -128,6 +122,19 @@ impl Schedule for VmSchedule<'_> {
     }
 }
 
+/// One VM's share of the schedule, as [`plan`] lays it out.
+#[cfg(test)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmPlan {
+    /// Warm-up rounds, run first and excluded.
+    pub warmup: Vec<Variant>,
+    /// Measured rounds, whole blocks.
+    pub measured: Vec<Variant>,
+    /// Index of the VM's first block.
+    pub first_block: u32,
+}
+
+#[cfg(test)]
 /// The whole schedule as lists (for tests and small plans; the commands
 /// draw it with [`VmSchedule`]).
 pub fn plan(

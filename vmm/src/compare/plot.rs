@@ -12,6 +12,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::stats::distribution::Distribution;
+#[cfg(test)]
 use crate::stats::percentile_sorted;
 
 use super::{CompareReport, Measured, MeasuredRound, Metric};
@@ -57,6 +58,7 @@ const COLORS: [RGBColor; 4] = [
 /// Width and height of the SVG, pixels.
 pub const SIZE: (u32, u32) = (1200, 480);
 
+#[cfg(test)]
 /// The x range of a panel showing the sorted samples `series`: from the
 /// smallest value to 1.25 times the largest 90th percentile (R's type 7), or
 /// to the largest value when that is smaller. Rounds delayed by the host
@@ -107,12 +109,14 @@ fn axis(lo: f64, p90: f64, max: f64) -> (f64, f64) {
     }
 }
 
+#[cfg(test)]
 /// How many of `values` lie beyond an x axis ending at `hi` (drawn off the
 /// panel).
 pub fn beyond_axis(values: &[f64], hi: f64) -> usize {
     values.iter().filter(|&&x| x > hi).count()
 }
 
+#[cfg(test)]
 /// A series' legend entry: its name, its count, and how many of its values
 /// lie beyond the axis ending at `hi`.
 pub fn legend(name: &str, values: &[f64], hi: f64) -> String {

@@ -18,9 +18,10 @@ use serde::Serialize;
 
 use crate::analysis::RoundResult;
 use crate::host::HostInfo;
-use crate::rounds::RunFacts;
-use crate::stats::{summarize, Summary};
-use crate::units::cycles_to_ns;
+use crate::run::RunFacts;
+use crate::stats::Summary;
+#[cfg(test)]
+use crate::{stats::summarize, units::cycles_to_ns};
 
 pub use text::{initial_skew_line, precision_line, render_text};
 
@@ -87,8 +88,6 @@ pub fn round_line(vcpu_count: u32, round: &RoundResult) -> serde_json::Result<St
 pub struct VariantReport {
     /// The variant's name.
     pub variant: String,
-    /// vCPU count.
-    pub vcpus: u32,
     /// Whether the writes took effect in every round (null when undetermined
     /// or not the same in every round).
     pub writes_honoured: Option<bool>,
@@ -145,6 +144,7 @@ pub struct Report {
     pub runs: Vec<VariantReport>,
 }
 
+#[cfg(test)]
 /// Summarises rounds held in a list, exactly (the reference the bounded
 /// [`VariantAccumulator`] is tested against).
 pub fn summarize_run(rounds: &[RoundResult], tsc_khz: Option<u32>) -> RunSummary {
@@ -202,12 +202,6 @@ pub fn summarize_run(rounds: &[RoundResult], tsc_khz: Option<u32>) -> RunSummary
     }
 }
 
-/// Whether the writes took effect, over all rounds: the common verdict of
-/// the decided rounds, or None when none was decided or they differ.
-pub fn overall_honoured(rounds: &[RoundResult]) -> Option<bool> {
-    crate::analysis::Decision::of(rounds.iter().map(|r| r.writes_honoured)).verdict()
-}
-
 /// Builds the report of one variant's run from what it said about itself and
 /// what its rounds added up to.
 pub fn variant_report(variant: &str, facts: RunFacts, acc: &VariantAccumulator) -> VariantReport {
@@ -217,7 +211,6 @@ pub fn variant_report(variant: &str, facts: RunFacts, acc: &VariantAccumulator) 
     }
     VariantReport {
         variant: variant.to_string(),
-        vcpus: facts.vcpus,
         writes_honoured: acc.writes_honoured(),
         summary: acc.summary(facts.host.tsc_khz),
         notes,
@@ -253,22 +246,31 @@ mod tests {
         assert_eq!(s.skew_ns.map(|x| x.median), Some(300.0));
     }
 
+    /// The variant's verdict on the writes, over its rounds.
+    fn honoured(rounds: &[RoundResult]) -> Option<bool> {
+        let mut acc = VariantAccumulator::new();
+        for r in rounds {
+            acc.add(r);
+        }
+        acc.writes_honoured()
+    }
+
     #[test]
     fn honoured_overall_when_every_decided_round_agrees() {
         assert_eq!(
-            overall_honoured(&[round(0, 1, Some(true)), round(1, 1, Some(true))]),
+            honoured(&[round(0, 1, Some(true)), round(1, 1, Some(true))]),
             Some(true)
         );
         assert_eq!(
-            overall_honoured(&[round(0, 1, Some(true)), round(1, 1, Some(false))]),
+            honoured(&[round(0, 1, Some(true)), round(1, 1, Some(false))]),
             None
         );
         // An undecided round counts for neither side.
         assert_eq!(
-            overall_honoured(&[round(0, 1, Some(true)), round(1, 1, None)]),
+            honoured(&[round(0, 1, Some(true)), round(1, 1, None)]),
             Some(true)
         );
-        assert_eq!(overall_honoured(&[round(0, 1, None)]), None);
-        assert_eq!(overall_honoured(&[]), None);
+        assert_eq!(honoured(&[round(0, 1, None)]), None);
+        assert_eq!(honoured(&[]), None);
     }
 }

@@ -271,7 +271,7 @@ fn host_threads_section(out: &mut String, h: &HostInfo, t: &HostThreads) {
 
 /// What `--initial-skew` set up, in words (run and compare reports).
 pub fn initial_skew_line(vcpus: u32, cycles: u64) -> String {
-    let targets = crate::skew::targets(vcpus, cycles);
+    let targets = crate::initial_skew::targets(vcpus, cycles);
     let list: Vec<String> = targets.iter().map(u64::to_string).collect();
     format!(
         "Initial skew: --initial-skew {cycles}: vCPUs 0..{} started {} cycles ahead of vCPU 0 \
@@ -428,7 +428,7 @@ mod tests {
             .placement()
             .contains("not pinned (4 threads for 3 host CPU(s)"));
         assert!(host_threads_honoured_text(Some(true)).starts_with("No hypervisor"));
-        let w = crate::vstate::sync_area::Windows::at(1_000_000, (20, 2));
+        let w = crate::options::Windows::at(1_000_000, (20, 2));
         assert!(windows_line(&w).contains("2 ms (2,000,000 cycles)"));
     }
 

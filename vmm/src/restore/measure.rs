@@ -10,18 +10,20 @@
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use tsc_contract::{RoundRecord, Variant, CONFIG_COMMAND_MODE};
+use tsc_contract::RoundRecord;
 
 use super::methods::{self, Support, Trace};
 use super::report::{MethodReport, RestoreReport};
-use super::snapshot::{restore_vcpu, Snapshot, SnapshotInfo};
+use super::snapshot::{Snapshot, SnapshotInfo};
 use super::{Method, MethodOptions, RestoreError, Step};
-use crate::error::{RunError, Signal};
+use crate::error::RunError;
 use crate::host::HostInfo;
 use crate::session::{Session, WarpSeen};
 use crate::stop;
+use crate::stop::Signal;
 use crate::tsc::{debugfs, host_rdtsc, OffsetReader, OffsetSource, TscState};
-use crate::vstate::vm::{self, Vm};
+use crate::vstate::vcpu::state::restore_vcpu;
+use crate::vstate::vm::{self, Vm, VmSpec};
 
 /// Every guest's TSC read once (Op::Rdtsc), between two host TSC reads.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -137,7 +139,7 @@ fn offsets_now(vm: &Vm) -> Vec<Option<u64>> {
 /// Measures `method` once: source VM, rendezvous, last reads, snapshot,
 /// destroy, delay, destination VM, restore, first reads, warp test.
 /// Returns what was measured and, if it ended early, why.
-pub fn measure(opts: &MethodOptions, method: Method) -> (MethodRun, Option<RestoreError>) {
+pub fn measure_method(opts: &MethodOptions, method: Method) -> (MethodRun, Option<RestoreError>) {
     let mut run = MethodRun::new(method);
     let mut step = Step::Source;
     match steps(opts, &mut run, &mut step) {
@@ -180,14 +182,7 @@ fn steps(opts: &MethodOptions, run: &mut MethodRun, step: &mut Step) -> Result<(
     );
     wait(opts.delay)?;
     inject(Step::Create)?;
-    let machine = Vm::new(
-        vm::open_kvm()?,
-        opts.vcpus,
-        0,
-        Variant::XenHead,
-        CONFIG_COMMAND_MODE,
-        crate::guest_image::EMBEDDED,
-    )?;
+    let machine = Vm::new(vm::open_kvm()?, &VmSpec::command_mode(opts.vcpus))?;
     run.delay = Some(destroyed.elapsed());
     run.created = Some(offsets_now(&machine));
 
@@ -198,7 +193,8 @@ fn steps(opts: &MethodOptions, run: &mut MethodRun, step: &mut Step) -> Result<(
     *step = Step::Registers;
     inject(Step::Registers)?;
     for (i, (fd, v)) in machine.vcpus.iter().zip(&snap.vcpus).enumerate() {
-        restore_vcpu(i as u32, fd, v)?;
+        let vcpu = i as u32;
+        restore_vcpu(fd, v).map_err(|error| RestoreError::Vcpu { vcpu, error })?;
     }
 
     *step = Step::Tsc;
@@ -237,7 +233,7 @@ pub fn probe(timeout: Duration) -> Result<Probe, RestoreError> {
     let host = HostInfo::collect(s.facts(&initial));
     let capabilities = s
         .kvm()
-        .map(crate::check::evidence::capabilities)
+        .map(crate::vstate::vm::capabilities)
         .unwrap_or_default();
     let adjust_clock = capabilities
         .get("KVM_CAP_ADJUST_CLOCK")
@@ -296,7 +292,7 @@ pub fn run(
             report.methods.push(r);
             continue;
         }
-        let (run, e) = measure(opts, m);
+        let (run, e) = measure_method(opts, m);
         measured = true;
         let r = MethodReport::from_run(&run, opts);
         on_method(&r);

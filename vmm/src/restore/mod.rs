@@ -25,13 +25,14 @@ use std::time::Duration;
 
 use tsc_contract::Variant;
 
-use crate::error::{RunError, Signal};
+use crate::error::RunError;
+use crate::stop::Signal;
 use crate::tsc::TscError;
-use crate::vstate::vm::VmError;
+use crate::vstate::{StateError, VmError};
 
-pub use measure::{measure, MethodRun, Reads};
-pub use methods::{Support, Trace};
-pub use report::{MethodReport, RestoreReport, SCHEMA};
+pub use measure::{measure_method, probe};
+pub use methods::Support;
+pub use report::{MethodReport, SCHEMA};
 
 /// How the TSC state is put into the restored vCPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -226,7 +227,7 @@ pub enum RestoreError {
         vcpu: u32,
         /// Why.
         #[source]
-        error: snapshot::SaveError,
+        error: StateError,
     },
     /// vCPU {vcpu}'s pending port I/O was not completed (RIP {rip_at_exit:#x} before the completing KVM_RUN, {rip_after:#x} after, not past an `out dx, eax`): the restored guest would repeat its last report
     PioNotCompleted {
@@ -237,15 +238,13 @@ pub enum RestoreError {
         /// RIP after.
         rip_after: u64,
     },
-    /// restoring vCPU {vcpu}: {what} failed: {source}
+    /// restoring vCPU {vcpu}: {error}
     Vcpu {
         /// The vCPU.
         vcpu: u32,
-        /// The ioctl.
-        what: &'static str,
-        /// The error.
+        /// Why.
         #[source]
-        source: kvm_ioctls::Error,
+        error: StateError,
     },
     /// restoring vCPU {vcpu}'s TSC state: {error}
     Tsc {

@@ -126,6 +126,7 @@ pub fn shifted(ofs: u64, shift: i128) -> u64 {
     (i128::from(ofs) + shift).rem_euclid(1i128 << 64) as u64
 }
 
+#[cfg(test)]
 /// The documented destination offset of a vCPU whose source offset was
 /// `ofs_src`: `ofs_src - (guest_src - guest_dst) * freq + (tsc_src - tsc_dst)`.
 pub fn documented_offset(

@@ -10,12 +10,12 @@ use serde::Serialize;
 use super::measure::{MethodRun, Probe, Reads};
 use super::methods::{Support, Trace};
 use super::offsets::{self, ClockSample};
-use super::snapshot::{PioCompletion, PioState};
 use super::{words, Method, MethodOptions};
 use crate::analysis::{signed_delta, spread};
 use crate::host::HostInfo;
 use crate::session::WarpSeen;
 use crate::tsc::{OffsetSource, TscState};
+use crate::vstate::{PioCompletion, PioState};
 
 /// The schema identifier of `restore --json`.
 pub const SCHEMA: &str = "tsc-rendezvous/restore/v1";

@@ -11,10 +11,11 @@ use super::measure::{MethodRun, Reads};
 use super::methods::{Documented, MsrWrites, Trace, TscWrite};
 use super::offsets::{ClockSample, NEEDED_CLOCK_FLAGS};
 use super::report::MethodReport;
-use super::snapshot::{PioCompletion, PioState, SnapshotInfo, VcpuSaved};
+use super::snapshot::{SnapshotInfo, VcpuSaved};
 use super::{Method, MethodOptions};
 use crate::session::WarpSeen;
 use crate::tsc::{OffsetSource, TscState};
+use crate::vstate::{PioCompletion, PioState};
 
 /// 2 GHz.
 pub const KHZ: u32 = 2_000_000;

@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 
 use super::report::{MethodReport, RestoreReport};
-use super::snapshot::PioState;
 use crate::units::fmt_num;
+use crate::vstate::PioState;
 
 fn opt(x: Option<impl Into<i128>>) -> String {
     x.map_or_else(|| "-".into(), |v| fmt_num(v.into() as f64))

@@ -247,7 +247,7 @@ mod tests {
     #[test]
     fn a_second_write_replaced_by_the_first_is_named() {
         let mut run = msr(&honoured(0));
-        if let Some(super::super::Trace::Msr(m)) = run.trace.as_mut() {
+        if let Some(super::super::methods::Trace::Msr(m)) = run.trace.as_mut() {
             let mut second = m.passes[0].clone();
             second[0].value = second[0].value.wrapping_add(1_000);
             m.passes.push(second);

@@ -1,11 +1,19 @@
-//! The VM and its vCPUs: creating the VM ([`vm`]), the vCPU threads and their
-//! run loop ([`vcpu`]), why a vCPU stopped ([`exit`]), the spin breaker for
-//! overcommitted hosts ([`spin`]) and Linux's sync in guest memory
-//! ([`sync_area`]). [`crate::pool`] starts, drives and
-//! stops them.
+//! The VM and its vCPUs, as Firecracker's `vstate/` keeps them: creating the
+//! VM ([`vm`]), its guest memory as the host reads and writes it
+//! ([`memory`]), Linux's sync results in it ([`sync_area`]), the vCPU
+//! threads and their run loop ([`vcpu`], why a vCPU stopped in
+//! [`vcpu::error`], one vCPU's saved state in [`vcpu::state`]), the pool that
+//! starts, drives and stops them ([`pool`], with its own [`PoolError`]) and
+//! the spin breaker for overcommitted hosts ([`spin`]).
 
-pub mod exit;
+pub mod memory;
+pub mod pool;
 pub mod spin;
 pub mod sync_area;
 pub mod vcpu;
 pub mod vm;
+
+pub use memory::MemError;
+pub use pool::{PoolError, VcpuPool};
+pub use vcpu::state::{PioCompletion, PioState, Saved, StateError};
+pub use vm::VmError;

@@ -1,69 +1,12 @@
-//! Linux's tsc_sync in guest memory: the windows the host puts in the
-//! config, the shared state reset before every round, and every vCPU's
-//! result read back (untrusted: decoded field by field and checked).
+//! Linux's tsc_sync's results in guest memory: every vCPU's result slot read
+//! back after a round (untrusted: decoded field by field and checked). The
+//! windows it runs with are in the config ([`super::vm`]); its shared state
+//! and result slots are zeroed by [`super::memory`].
 
 use serde::Serialize;
-use tsc_contract::{layout, Config};
+use tsc_contract::layout;
 use tsc_sync::linux::{MAX_COMPENSATIONS, MAX_RUNS};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
-
-use super::vm::VmError;
-
-/// Linux's window for an AP that starts a package (`loop_timeout()`), ms.
-pub const FIRST_WINDOW_MS: u64 = 20;
-/// Linux's window for any other AP, ms.
-pub const WINDOW_MS: u64 = 2;
-
-/// The windows Linux's sync runs with, in ms and in TSC cycles.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Windows {
-    /// The window of an AP that starts a package, ms.
-    pub first_ms: u64,
-    /// The window of any other AP, ms.
-    pub ms: u64,
-    /// `first_ms` in TSC cycles.
-    pub first_cycles: u64,
-    /// `ms` in TSC cycles.
-    pub cycles: u64,
-}
-
-impl Windows {
-    /// `(first_ms, ms)` at `tsc_khz`.
-    pub fn at(tsc_khz: u32, (first_ms, ms): (u64, u64)) -> Windows {
-        Windows {
-            first_ms,
-            ms,
-            first_cycles: first_ms.saturating_mul(u64::from(tsc_khz)),
-            cycles: ms.saturating_mul(u64::from(tsc_khz)),
-        }
-    }
-}
-
-/// Writes the windows into the guest's config (before any vCPU runs).
-pub fn write_windows(mem: &GuestMemoryMmap, w: Windows) -> Result<(), VmError> {
-    let at = |field: usize| GuestAddress(layout::CONFIG + field as u64);
-    mem.write_obj(
-        w.first_cycles,
-        at(std::mem::offset_of!(Config, sync_first_window_cycles)),
-    )
-    .and_then(|()| {
-        mem.write_obj(
-            w.cycles,
-            at(std::mem::offset_of!(Config, sync_window_cycles)),
-        )
-    })
-    .map_err(|e| VmError::Memory(e.to_string()))
-}
-
-/// Zeroes every vCPU's result slot, so that a slot the guest did not write
-/// this round cannot pass for a result (all vCPUs must be parked; the
-/// protocol's own state is zeroed with the rendezvous').
-pub fn clear_results(mem: &GuestMemoryMmap, vcpus: u32) -> Result<(), VmError> {
-    let zero = [0u8; layout::SYNC_RESULT_SIZE as usize];
-    (0..vcpus)
-        .try_for_each(|i| mem.write_slice(&zero, GuestAddress(layout::sync_result(i))))
-        .map_err(|e| VmError::Memory(e.to_string()))
-}
 
 /// One warp-check run of a source/target pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -256,11 +199,5 @@ mod tests {
         let mut z = b;
         z[12] = 2;
         assert!(decode_ap(3, &z).is_err(), "two compensations in two runs");
-    }
-
-    #[test]
-    fn windows_convert_at_the_tsc_frequency() {
-        let w = Windows::at(2_000_000, (FIRST_WINDOW_MS, WINDOW_MS));
-        assert_eq!((w.first_cycles, w.cycles), (40_000_000, 4_000_000));
     }
 }

@@ -1,18 +1,17 @@
-//! Creating the VM: guest memory, the image, page tables, GDT, config, vCPUs.
+//! Creating the VM: guest memory, the image, page tables, GDT, config,
+//! vCPUs; opening KVM with a clear error, its limits and capabilities.
 
-use std::fmt;
+use std::collections::BTreeMap;
 
-use kvm_bindings::{kvm_userspace_memory_region, KVM_MAX_CPUID_ENTRIES};
+use kvm_bindings::{kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES};
 use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
-use tsc_contract::{
-    layout, CommandSlot, Config, Variant, COMMAND_SLOT_SIZE, CONFIG_MAGIC, CONTRACT_VERSION,
-};
-use tsc_sync::SHARED_SIZE;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+use tsc_contract::{layout, Config, Variant, CONFIG_COMMAND_MODE, CONFIG_MAGIC, CONTRACT_VERSION};
+use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
-use super::sync_area::{self, Windows};
+use super::memory::{self, MemError};
 use crate::arch::x86_64::{cpuid, gdt, paging, regs};
 use crate::guest_image::{self, ImageError};
+use crate::options::{Injection, Windows, FIRST_WINDOW_MS, WINDOW_MS};
 
 /// Why the VM could not be set up.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
@@ -46,8 +45,8 @@ pub enum VmError {
     },
     /// {0} failed: {1}
     Kvm(&'static str, #[source] kvm_ioctls::Error),
-    /// guest memory: {0}
-    Memory(String),
+    /// {0}
+    Memory(#[from] MemError),
     /// guest image: {0}
     Image(#[from] ImageError),
 }
@@ -155,24 +154,65 @@ pub fn check_vcpu_count(requested: u32, kvm_limit: u32) -> Result<(), VmError> {
     Ok(())
 }
 
+/// What a VM is created for: its vCPUs, the guest's config and image.
+#[derive(Clone, Copy, Debug)]
+pub struct VmSpec<'a> {
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Rounds the guest runs (0 in command mode).
+    pub rounds: u32,
+    /// The first round's variant.
+    pub variant: Variant,
+    /// Whether the guest waits for the host's commands instead of running
+    /// rounds ([`tsc_contract::Op`]).
+    pub command_mode: bool,
+    /// The windows of Linux's sync, ms ([`Windows`]).
+    pub windows_ms: (u64, u64),
+    /// A fault the guest injects (testing).
+    pub inject: Option<Injection>,
+    /// The guest image (an ELF).
+    pub image: &'a [u8],
+}
+
+impl VmSpec<'static> {
+    /// A VM of `vcpus` vCPUs that runs `rounds` rounds of `variant` on the
+    /// embedded guest, with Linux's windows.
+    pub fn rounds(vcpus: u32, rounds: u32, variant: Variant) -> VmSpec<'static> {
+        VmSpec {
+            rounds,
+            variant,
+            command_mode: false,
+            ..VmSpec::command_mode(vcpus)
+        }
+    }
+
+    /// A command-mode VM of `vcpus` vCPUs running the embedded guest, with
+    /// Linux's windows.
+    pub fn command_mode(vcpus: u32) -> VmSpec<'static> {
+        VmSpec {
+            vcpus,
+            rounds: 0,
+            variant: Variant::XenHead,
+            command_mode: true,
+            windows_ms: (FIRST_WINDOW_MS, WINDOW_MS),
+            inject: None,
+            image: guest_image::EMBEDDED,
+        }
+    }
+}
+
 impl Vm {
-    /// Creates a VM for `vcpus` vCPUs running `image`, first round `variant`,
-    /// with `CONFIG_*` `flags` (e.g. command mode).
-    pub fn new(
-        kvm: Kvm,
-        vcpus: u32,
-        rounds: u32,
-        variant: Variant,
-        flags: u32,
-        image: &[u8],
-    ) -> Result<Vm, VmError> {
+    /// Creates the VM `spec` describes: memory, the guest image, page
+    /// tables, GDT, the vCPUs with their CPUID and registers, and the config
+    /// (written once, with the windows at the guest's TSC frequency).
+    pub fn new(kvm: Kvm, spec: &VmSpec<'_>) -> Result<Vm, VmError> {
         let hidden = std::env::var(HIDE_CAP_ENV).unwrap_or_default();
         if let Some(name) =
             missing_capability(|cap, name| name != hidden && kvm.check_extension(cap))
         {
             return Err(VmError::MissingCapability(name));
         }
-        check_vcpu_count(vcpus, max_vcpus(&kvm))?;
+        check_vcpu_count(spec.vcpus, max_vcpus(&kvm))?;
 
         let fd = kvm
             .create_vm()
@@ -180,11 +220,11 @@ impl Vm {
         let creator_tid = current_tid();
         let mem =
             GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), layout::MEM_SIZE as usize)])
-                .map_err(|e| VmError::Memory(e.to_string()))?;
+                .map_err(|e| VmError::Memory(MemError(e.to_string())))?;
         for (slot, region) in mem.iter().enumerate() {
             let host = mem
                 .get_host_address(region.start_addr())
-                .map_err(|e| VmError::Memory(e.to_string()))?;
+                .map_err(|e| VmError::Memory(MemError(e.to_string())))?;
             let r = kvm_userspace_memory_region {
                 slot: slot as u32,
                 flags: 0,
@@ -199,50 +239,25 @@ impl Vm {
                 .map_err(|e| VmError::Kvm("KVM_SET_USER_MEMORY_REGION", e))?;
         }
 
-        let entry = guest_image::load(&mem, image)?;
+        let entry = guest_image::load(&mem, spec.image)?;
         write_tables(&mem)?;
-        let config = Config {
-            magic: CONFIG_MAGIC,
-            version: CONTRACT_VERSION,
-            vcpus,
-            rounds,
-            variant: variant as u32,
-            flags,
-            ..Config::default()
-        };
-        write_config(&mem, &config)?;
-        reset_rendezvous(&mem)?;
+        memory::reset_rendezvous(&mem)?;
 
         let base_cpuid = kvm
             .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
             .map_err(|e| VmError::Kvm("KVM_GET_SUPPORTED_CPUID", e))?;
         let guest_tsc_adjust = cpuid::has_tsc_adjust(&base_cpuid);
-        let mut vcpu_fds = Vec::with_capacity(vcpus as usize);
-        for index in 0..vcpus {
-            let vcpu = fd
-                .create_vcpu(u64::from(index))
-                .map_err(|e| VmError::Kvm("KVM_CREATE_VCPU", e))?;
-            let mut c = base_cpuid.clone();
-            cpuid::set_apic_id(&mut c, index);
-            vcpu.set_cpuid2(&c)
-                .map_err(|e| VmError::Kvm("KVM_SET_CPUID2", e))?;
-            let sregs = vcpu
-                .get_sregs()
-                .map_err(|e| VmError::Kvm("KVM_GET_SREGS", e))?;
-            vcpu.set_sregs(&regs::long_mode_sregs(sregs))
-                .map_err(|e| VmError::Kvm("KVM_SET_SREGS", e))?;
-            vcpu.set_regs(&regs::entry_regs(entry, index))
-                .map_err(|e| VmError::Kvm("KVM_SET_REGS", e))?;
-            vcpu_fds.push(vcpu);
+        let mut vcpu_fds = Vec::with_capacity(spec.vcpus as usize);
+        for index in 0..spec.vcpus {
+            vcpu_fds.push(create_vcpu(&fd, &base_cpuid, index, entry)?);
         }
-        // Linux's windows (20 ms and 2 ms) at the guest's TSC frequency; a
-        // run may set others before any vCPU runs.
+        // The windows at the guest's TSC frequency (0 when KVM cannot say).
         let khz = vcpu_fds
             .first()
             .and_then(|v| v.get_tsc_khz().ok())
             .unwrap_or(0);
-        let sync_windows = Windows::at(khz, (sync_area::FIRST_WINDOW_MS, sync_area::WINDOW_MS));
-        sync_area::write_windows(&mem, sync_windows)?;
+        let sync_windows = Windows::at(khz, spec.windows_ms);
+        memory::write_config(&mem, &config(spec, sync_windows))?;
         Ok(Vm {
             kvm,
             fd,
@@ -255,6 +270,48 @@ impl Vm {
     }
 }
 
+/// vCPU `index`, in long mode at `entry`, with its APIC ID in the CPUID.
+fn create_vcpu(fd: &VmFd, cpuid: &CpuId, index: u32, entry: u64) -> Result<VcpuFd, VmError> {
+    let vcpu = fd
+        .create_vcpu(u64::from(index))
+        .map_err(|e| VmError::Kvm("KVM_CREATE_VCPU", e))?;
+    let mut c = cpuid.clone();
+    cpuid::set_apic_id(&mut c, index);
+    vcpu.set_cpuid2(&c)
+        .map_err(|e| VmError::Kvm("KVM_SET_CPUID2", e))?;
+    let sregs = vcpu
+        .get_sregs()
+        .map_err(|e| VmError::Kvm("KVM_GET_SREGS", e))?;
+    vcpu.set_sregs(&regs::long_mode_sregs(sregs))
+        .map_err(|e| VmError::Kvm("KVM_SET_SREGS", e))?;
+    vcpu.set_regs(&regs::entry_regs(entry, index))
+        .map_err(|e| VmError::Kvm("KVM_SET_REGS", e))?;
+    Ok(vcpu)
+}
+
+/// The guest's config for `spec`.
+fn config(spec: &VmSpec<'_>, windows: Windows) -> Config {
+    let mut c = Config {
+        magic: CONFIG_MAGIC,
+        version: CONTRACT_VERSION,
+        vcpus: spec.vcpus,
+        rounds: spec.rounds,
+        variant: spec.variant as u32,
+        flags: if spec.command_mode {
+            CONFIG_COMMAND_MODE
+        } else {
+            0
+        },
+        sync_first_window_cycles: windows.first_cycles,
+        sync_window_cycles: windows.cycles,
+        ..Config::default()
+    };
+    if let Some(inj) = &spec.inject {
+        inj.apply(&mut c);
+    }
+    c
+}
+
 /// The calling thread's id (the `pid` KVM names things after).
 fn current_tid() -> u32 {
     // SAFETY: gettid has no arguments and no side effects; it cannot fail.
@@ -262,92 +319,32 @@ fn current_tid() -> u32 {
     u32::try_from(tid).unwrap_or_else(|_| std::process::id())
 }
 
-fn mem_err(e: impl fmt::Display) -> VmError {
-    VmError::Memory(e.to_string())
-}
-
-fn write_tables(mem: &GuestMemoryMmap) -> Result<(), VmError> {
+fn write_tables(mem: &GuestMemoryMmap) -> Result<(), MemError> {
     let t = paging::identity_tables(layout::PDPT, layout::PD);
-    write_u64s(mem, &t.pml4, layout::PML4)?;
-    write_u64s(mem, &t.pdpt, layout::PDPT)?;
-    write_u64s(mem, &t.pd, layout::PD)?;
-    write_u64s(mem, &gdt::GDT, layout::GDT)
+    memory::write_u64s(mem, &t.pml4, layout::PML4)?;
+    memory::write_u64s(mem, &t.pdpt, layout::PDPT)?;
+    memory::write_u64s(mem, &t.pd, layout::PD)?;
+    memory::write_u64s(mem, &gdt::GDT, layout::GDT)
 }
 
-fn write_u64s(mem: &GuestMemoryMmap, words: &[u64], addr: u64) -> Result<(), VmError> {
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    mem.write_slice(&bytes, GuestAddress(addr)).map_err(mem_err)
-}
-
-/// Writes the config the guest reads.
-pub fn write_config(mem: &GuestMemoryMmap, c: &Config) -> Result<(), VmError> {
-    mem.write_slice(&c.to_bytes(), GuestAddress(layout::CONFIG))
-        .map_err(mem_err)
-}
-
-/// Writes the fault-injection fields of `c` into the guest's config (before
-/// any vCPU runs).
-pub fn write_injection(mem: &GuestMemoryMmap, c: &Config) -> Result<(), VmError> {
-    let from = std::mem::offset_of!(Config, inject_kind);
-    mem.write_slice(
-        &c.to_bytes()[from..],
-        GuestAddress(layout::CONFIG + from as u64),
-    )
-    .map_err(mem_err)
-}
-
-/// Reads vCPU `vcpu`'s progress slot (raw, untrusted: decode it with
-/// [`tsc_contract::Progress::decode`]).
-pub fn read_progress(mem: &GuestMemoryMmap, vcpu: u32) -> Option<u64> {
-    mem.read_obj(GuestAddress(layout::progress(vcpu))).ok()
-}
-
-/// Sets the variant of the next round (all vCPUs must be parked).
-pub fn set_variant(mem: &GuestMemoryMmap, variant: Variant) -> Result<(), VmError> {
-    let offset = std::mem::offset_of!(Config, variant) as u64;
-    mem.write_obj(variant as u32, GuestAddress(layout::CONFIG + offset))
-        .map_err(mem_err)
-}
-
-/// Zeroes the rendezvous' shared state: Xen starts every calibration with a
-/// fresh one; and Linux's sync's (all vCPUs must be parked).
-pub fn reset_rendezvous(mem: &GuestMemoryMmap) -> Result<(), VmError> {
-    mem.write_slice(&[0u8; SHARED_SIZE], GuestAddress(layout::RENDEZVOUS))
-        .and_then(|()| {
-            mem.write_slice(
-                &[0u8; tsc_sync::linux::LINUX_SHARED_SIZE],
-                GuestAddress(layout::SYNC),
-            )
-        })
-        .map_err(mem_err)
-}
-
-/// Reads the rendezvous semaphore (for diagnostics).
-pub fn read_semaphore(mem: &GuestMemoryMmap) -> Option<u32> {
-    mem.read_obj(GuestAddress(layout::RENDEZVOUS)).ok()
-}
-
-/// Writes vCPU `index`'s command slot (the vCPU must be parked).
-pub fn write_command(mem: &GuestMemoryMmap, index: u32, c: &CommandSlot) -> Result<(), VmError> {
-    mem.write_slice(&c.to_bytes(), GuestAddress(layout::command(index)))
-        .map_err(mem_err)
-}
-
-/// Reads vCPU `index`'s command slot.
-pub fn read_command(mem: &GuestMemoryMmap, index: u32) -> Result<CommandSlot, VmError> {
-    let mut b = [0u8; COMMAND_SLOT_SIZE];
-    mem.read_slice(&mut b, GuestAddress(layout::command(index)))
-        .map_err(mem_err)?;
-    CommandSlot::from_bytes(&b).ok_or_else(|| VmError::Memory("short command slot".into()))
-}
-
-/// Zeroes the warp test's shared state (all vCPUs must be parked).
-pub fn reset_warp(mem: &GuestMemoryMmap) -> Result<(), VmError> {
-    mem.write_slice(
-        &[0u8; tsc_sync::warp::WARP_SHARED_SIZE],
-        GuestAddress(layout::WARP),
-    )
-    .map_err(mem_err)
+/// The KVM capabilities a report states, by name.
+pub fn capabilities(kvm: &Kvm) -> BTreeMap<String, i32> {
+    use kvm_bindings::{
+        KVM_CAP_ADJUST_CLOCK, KVM_CAP_GET_TSC_KHZ, KVM_CAP_TSC_CONTROL, KVM_CAP_TSC_DEADLINE_TIMER,
+        KVM_CAP_VM_TSC_CONTROL,
+    };
+    let mut m = BTreeMap::new();
+    for (name, cap) in [
+        ("KVM_CAP_TSC_CONTROL", KVM_CAP_TSC_CONTROL),
+        ("KVM_CAP_GET_TSC_KHZ", KVM_CAP_GET_TSC_KHZ),
+        ("KVM_CAP_VM_TSC_CONTROL", KVM_CAP_VM_TSC_CONTROL),
+        ("KVM_CAP_ADJUST_CLOCK", KVM_CAP_ADJUST_CLOCK),
+        ("KVM_CAP_TSC_DEADLINE_TIMER", KVM_CAP_TSC_DEADLINE_TIMER),
+    ] {
+        m.insert(name.to_string(), kvm.check_extension_raw(u64::from(cap)));
+    }
+    m.insert("KVM_CAP_MAX_VCPUS".into(), max_vcpus(kvm) as i32);
+    m
 }
 
 #[cfg(test)]

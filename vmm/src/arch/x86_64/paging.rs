@@ -34,6 +34,7 @@ pub fn identity_tables(pdpt_addr: u64, pd_addr: u64) -> IdentityTables {
     t
 }
 
+#[cfg(test)]
 /// Walks the tables for `vaddr` the way the MMU does; `None` when unmapped.
 pub fn translate(t: &IdentityTables, pdpt_addr: u64, pd_addr: u64, vaddr: u64) -> Option<u64> {
     let pml4e = t.pml4[((vaddr >> 39) & 0x1ff) as usize];

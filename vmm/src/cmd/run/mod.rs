@@ -28,13 +28,13 @@ use crate::host::HostInfo;
 use crate::options::{
     default_round_timeout, default_timeout, Backend, Injection, RunOptions, MAX_ROUNDS,
 };
+use crate::options::{FIRST_WINDOW_MS, WINDOW_MS};
 use crate::report::progress::{self, ProgressLine};
 use crate::report::stream::{JsonStream, RunTail};
 use crate::report::summary::{self, Every, RunEntry, RunRecord};
 use crate::report::{self, Report, VariantAccumulator, VariantReport};
-use crate::rounds::{self, Repeat, RunFacts};
+use crate::run::{self, Repeat, RunFacts};
 use crate::stop;
-use crate::vstate::sync_area::{FIRST_WINDOW_MS, WINDOW_MS};
 
 /// Options of `run`.
 #[derive(Debug, Args, Clone)]
@@ -527,7 +527,7 @@ fn run_variant(
     };
     let mut acc = VariantAccumulator::new();
     let tsc_khz = std::cell::Cell::new(None::<u32>);
-    let result = rounds::run_scheduled(opts, &mut schedule, &mut |r| {
+    let result = run::run_scheduled(opts, &mut schedule, &mut |r| {
         acc.add(&r);
         if tsc_khz.get().is_none() {
             tsc_khz.set(r.vcpus.first().map(|v| v.tsc_khz).filter(|&k| k > 0));

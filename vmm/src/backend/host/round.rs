@@ -13,10 +13,10 @@ use tsc_sync::{linux_tsc_sync, Cpu, LinuxParams, LinuxSyncResult, Readings, XenA
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::cpu::ThreadCpu;
-use super::threads::RoundShared;
+use super::shared::RoundShared;
 use crate::error::RunError;
 use crate::vstate::sync_area::{self, SyncRound};
-use crate::vstate::vm::VmError;
+use crate::vstate::MemError;
 
 /// What one thread's round produced.
 #[derive(Debug, Clone, Copy)]
@@ -122,7 +122,7 @@ impl SyncStaging {
             GuestAddress(layout::SYNC_RESULTS),
             len as usize,
         )])
-        .map_err(|e| RunError::Vm(VmError::Memory(e.to_string())))?;
+        .map_err(|e| RunError::Memory(MemError(e.to_string())))?;
         Ok(SyncStaging { mem, vcpus })
     }
 
@@ -137,7 +137,7 @@ impl SyncStaging {
             let bytes = slot_bytes(results.get(i as usize).and_then(Option::as_ref));
             self.mem
                 .write_slice(&bytes, GuestAddress(layout::sync_result(i)))
-                .map_err(|e| RunError::Vm(VmError::Memory(e.to_string())))?;
+                .map_err(|e| RunError::Memory(MemError(e.to_string())))?;
         }
         sync_area::read(&self.mem, self.vcpus).map_err(|error| RunError::Sync { round, error })
     }

@@ -47,6 +47,7 @@ pub fn pin(thread: libc::pthread_t, cpu: u32) -> io::Result<()> {
     }
 }
 
+#[cfg(test)]
 /// The CPU the calling thread runs on now (`None`: unknown).
 pub fn current_cpu() -> Option<u32> {
     // SAFETY: sched_getcpu has no arguments and no memory effects.

@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 
 use tsc_contract::Variant;
 
-use super::run_streaming_from;
+use super::HostBackend;
 use crate::analysis::RoundResult;
 use crate::error::{Failure, RunError};
 use crate::options::{Backend, RunOptions};
+use crate::run::{driver, Listed, Schedule};
 
 /// A skew far larger than anything a round or the host scheduler can add
 /// (2^36 cycles: tens of seconds at any TSC frequency).
@@ -28,7 +29,11 @@ fn opts(vcpus: u32, schedule: Vec<Variant>) -> RunOptions {
 #[allow(clippy::result_large_err)]
 fn run_from(o: &RunOptions, offsets: &[u64]) -> Result<Vec<RoundResult>, Failure> {
     let mut rounds = Vec::new();
-    run_streaming_from(o, offsets, &mut |r| {
+    let mut schedule = Listed::new(&o.schedule);
+    let mut backend =
+        HostBackend::start(o, offsets, schedule.max_rounds()).map_err(Failure::early)?;
+    let first = schedule.next_variant();
+    driver::drive(&mut backend, o, first, &mut schedule, &mut |r| {
         rounds.push(r);
         Ok(())
     })?;
@@ -144,7 +149,7 @@ fn the_deadline_stops_a_round_cleanly() {
 fn a_failing_consumer_ends_the_run() {
     let o = opts(2, vec![Variant::XenHead; 5]);
     let mut seen = 0;
-    let f = super::run_streaming(&o, &mut |_| {
+    let f = crate::run::run_streaming(&o, &mut |_| {
         seen += 1;
         Err("disk full".into())
     })

@@ -22,9 +22,12 @@ use kvm_ioctls::{VcpuExit, VcpuFd};
 use tsc_contract::ports;
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
-use super::exit::{GuestPanic, Regs, RegsSnapshot, Suberror, VcpuError, Vector};
-use crate::restore::snapshot::{self, Saved};
+pub mod error;
+pub mod state;
+
 use crate::tsc::{self, TscError, TscState};
+use error::{GuestPanic, Regs, RegsSnapshot, Suberror, VcpuError, Vector};
+use state::Saved;
 
 /// What the coordinator tells a vCPU thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +41,7 @@ pub enum Command {
     /// Write one MSR through KVM_SET_MSRS, as the host (the vCPU is parked).
     SetMsr(u32, u64),
     /// Complete the pending port I/O and save the vCPU's state for a
-    /// snapshot (the vCPU is parked; see [`crate::restore::snapshot`]).
+    /// snapshot (the vCPU is parked; see [`state`]).
     Save,
     /// Leave the thread.
     Stop,
@@ -79,8 +82,6 @@ pub enum Event {
     Msr {
         /// The vCPU.
         vcpu: u32,
-        /// The MSR.
-        index: u32,
         /// The value, or why the access failed.
         value: Result<u64, TscError>,
     },
@@ -238,7 +239,6 @@ impl VcpuThread {
                 Command::GetMsr(index) => (
                     Event::Msr {
                         vcpu: self.index,
-                        index,
                         value: tsc::get_msr(&self.fd, index),
                     },
                     false,
@@ -246,7 +246,6 @@ impl VcpuThread {
                 Command::SetMsr(index, value) => (
                     Event::Msr {
                         vcpu: self.index,
-                        index,
                         value: tsc::set_msr(&self.fd, index, value).map(|()| value),
                     },
                     false,
@@ -254,7 +253,7 @@ impl VcpuThread {
                 Command::Save => (
                     Event::Saved {
                         vcpu: self.index,
-                        state: snapshot::save_vcpu(&mut self.fd, &self.offsets, self.msrs.as_mut())
+                        state: state::save_vcpu(&mut self.fd, &self.offsets, self.msrs.as_mut())
                             .map(Box::new),
                     },
                     false,

@@ -72,12 +72,6 @@ pub fn apply(vcpus: &[VcpuFd], cycles: u64) -> Result<(), SkewError> {
     Ok(())
 }
 
-/// The offsets the host backend's threads start with: the targets
-/// themselves (thread 0 at 0).
-pub fn thread_offsets(threads: u32, cycles: u64) -> Vec<u64> {
-    targets(threads, cycles)
-}
-
 /// The run's note on its initial skew, once [`verify`] passed: what was
 /// set, how, and that the readback confirmed it.
 pub fn note(vcpus: usize, cycles: u64, set_by: &str) -> String {

@@ -45,8 +45,10 @@ const YIELD_AFTER: u32 = 8192;
 pub struct StopControl {
     /// Set by whoever aborts first: every spin unwinds at its next `relax()`.
     pub abort: AtomicBool,
-    /// The run's deadline on the host TSC (raw `rdtsc`).
-    pub deadline_tsc: u64,
+    /// The deadline on the host TSC (raw `rdtsc`): the run's, or the
+    /// current round's when every round has its own (re-armed between
+    /// rounds, while every thread is parked).
+    pub deadline_tsc: AtomicU64,
     /// Whether the threads outnumber the host CPUs (yield in every spin).
     pub overcommitted: bool,
 }
@@ -57,7 +59,8 @@ impl StopControl {
         if self.abort.load(Ordering::Relaxed) {
             return true;
         }
-        if stop::requested().is_some() || host_rdtsc() >= self.deadline_tsc {
+        if stop::requested().is_some() || host_rdtsc() >= self.deadline_tsc.load(Ordering::Relaxed)
+        {
             self.abort.store(true, Ordering::Relaxed);
             return true;
         }
@@ -182,7 +185,7 @@ mod tests {
     fn control(overcommitted: bool) -> StopControl {
         StopControl {
             abort: AtomicBool::new(false),
-            deadline_tsc: u64::MAX,
+            deadline_tsc: AtomicU64::new(u64::MAX),
             overcommitted,
         }
     }
@@ -246,7 +249,7 @@ mod tests {
         assert!(r.is_err_and(|p| p.is::<Aborted>()));
         for overcommitted in [false, true] {
             let late = StopControl {
-                deadline_tsc: 0,
+                deadline_tsc: AtomicU64::new(0),
                 ..control(overcommitted)
             };
             let mut cpu = ThreadCpu::new(0, &late, &progress);

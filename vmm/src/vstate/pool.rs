@@ -3,8 +3,8 @@
 //! stop them, joining every thread within a bounded time or, if one cannot
 //! be stopped, leaking the VM rather than unmapping memory under it.
 //!
-//! Both the round loop ([`crate::rounds`]) and the command-mode session
-//! ([`crate::session`]) drive their VM through this and nothing else.
+//! Both the KVM backend's rounds and the command-mode session drive their VM
+//! through this and nothing else; what goes wrong is a [`PoolError`].
 
 use std::os::fd::AsRawFd;
 use std::os::unix::thread::JoinHandleExt;
@@ -13,23 +13,99 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
-use tsc_contract::{layout, Progress, RoundRecord, Variant, RECORD_SIZE};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use tsc_contract::Progress;
+use vm_memory::GuestMemoryMmap;
 
-use crate::error::{RunError, Stall};
+use super::memory;
+use super::spin::{self, SpinBreaker};
+use super::vcpu::error::VcpuError;
+use super::vcpu::state::Saved;
+use super::vcpu::{self, Command, Event, Kicker, VcpuThread};
+use super::vm::Vm;
 use crate::host::VmFacts;
-use crate::restore::snapshot::Saved;
-use crate::stop;
-use crate::tsc::{self, debugfs, OffsetReader, OffsetSource, TscState};
-use crate::vstate::spin::{self, SpinBreaker};
-use crate::vstate::vcpu::{self, Command, Event, Kicker, VcpuThread};
-use crate::vstate::vm::{self, Vm};
+use crate::options::Windows;
+use crate::stop::{self, Signal};
+use crate::tsc::{self, debugfs, OffsetReader, OffsetSource, TscError, TscState};
+use crate::watchdog::Stall;
 
 /// How often a wait looks for a stop request.
 const POLL: Duration = Duration::from_millis(50);
 
 /// How long stopped vCPU threads get to end before they are abandoned.
 pub const JOIN_GRACE: Duration = Duration::from_secs(5);
+
+/// Why the vCPU threads did not do what they were asked.
+#[derive(Debug, thiserror::Error, displaydoc::Display)]
+pub enum PoolError {
+    /// cannot start a vCPU thread: {0}
+    Spawn(#[source] std::io::Error),
+    /// cannot install the vCPU kick signal handler: {0}
+    KickHandler(#[source] vmm_sys_util::errno::Error),
+    /// vCPU {vcpu} in round {round}: {error}
+    Vcpu {
+        /// The vCPU.
+        vcpu: u32,
+        /// In which round (in command mode: which command).
+        round: u32,
+        /// What happened.
+        #[source]
+        error: VcpuError,
+    },
+    /// reading vCPU {vcpu}'s TSC state failed: {error}
+    Readback {
+        /// The vCPU.
+        vcpu: u32,
+        /// The error.
+        #[source]
+        error: TscError,
+    },
+    /// vCPU {vcpu} reported the end of round {found} while round {expected} was running
+    WrongRound {
+        /// The vCPU.
+        vcpu: u32,
+        /// The round running.
+        expected: u32,
+        /// What the guest reported.
+        found: u32,
+    },
+    /// vCPU {vcpu} reported command {found} done while command {expected} was running
+    WrongCommand {
+        /// The vCPU.
+        vcpu: u32,
+        /// The command running.
+        expected: u32,
+        /// What the guest reported.
+        found: u32,
+    },
+    /// vCPU {vcpu} reported it had finished every round while round {round} was running
+    FinishedEarly {
+        /// The vCPU.
+        vcpu: u32,
+        /// The round running.
+        round: u32,
+    },
+    /// {0}
+    Timeout(Stall),
+    /// interrupted by {signal} in round {round}; the vCPUs were stopped
+    Interrupted {
+        /// The signal.
+        signal: Signal,
+        /// The round running.
+        round: u32,
+    },
+    /// vCPU {0}'s thread ended unexpectedly
+    Lost(u32),
+}
+
+impl PoolError {
+    /// The signal that stopped the pool, if one did.
+    pub fn signal(&self) -> Option<i32> {
+        match self {
+            PoolError::Interrupted { signal, .. } => Some(signal.0),
+            _ => None,
+        }
+    }
+}
 
 /// Why waiting for a vCPU event ended without one.
 enum Wait {
@@ -61,8 +137,8 @@ pub struct VcpuPool {
 impl VcpuPool {
     /// Starts one thread per vCPU of `vm`; everything must be done within
     /// `timeout` from now. `rounds` is what the guest was configured for.
-    pub fn start(mut vm: Vm, timeout: Duration, rounds: u32) -> Result<VcpuPool, RunError> {
-        vcpu::install_kick_handler().map_err(RunError::KickHandler)?;
+    pub fn start(mut vm: Vm, timeout: Duration, rounds: u32) -> Result<VcpuPool, PoolError> {
+        vcpu::install_kick_handler().map_err(PoolError::KickHandler)?;
         let with_offset = vm.vcpus.first().is_some_and(tsc::has_offset_attr);
         let vm_dir = debugfs::mounted()
             .map(|root| debugfs::vm_dir(&root, vm.creator_tid, vm.fd.as_raw_fd()));
@@ -94,7 +170,7 @@ impl VcpuPool {
             let (thread, kicker) = VcpuThread::new(index as u32, fd, rx, event_tx.clone(), offsets);
             // On failure the pool drops here: it joins (or leaks) the threads
             // already started and the VM with them.
-            let handle = vcpu::spawn(thread).map_err(RunError::Spawn)?;
+            let handle = vcpu::spawn(thread).map_err(PoolError::Spawn)?;
             pool.commands.push(tx);
             pool.handles.push(handle);
             pool.kickers.push(kicker);
@@ -149,11 +225,6 @@ impl VcpuPool {
         self.vm.as_ref().is_some_and(|vm| vm.guest_tsc_adjust)
     }
 
-    /// Where the exact per-vCPU offsets come from.
-    pub fn offset_source(&self) -> OffsetSource {
-        self.offset_source
-    }
-
     /// What this VM says about the host, given every vCPU's first readback.
     pub fn facts(&self, initial: &[TscState]) -> VmFacts {
         VmFacts {
@@ -162,6 +233,14 @@ impl VcpuPool {
             offset_source: self.offset_source,
             guest_tsc_adjust: self.guest_tsc_adjust(),
         }
+    }
+
+    /// The windows of Linux's sync in the guest's config.
+    pub fn sync_windows(&self) -> Windows {
+        self.vm
+            .as_ref()
+            .map(|vm| vm.sync_windows)
+            .unwrap_or_default()
     }
 
     /// Whether the spin breaker runs (vCPUs outnumber host cores).
@@ -203,8 +282,8 @@ impl VcpuPool {
         &mut self,
         round: u32,
         wanted: Option<u32>,
-        mut take: impl FnMut(Event) -> Result<Option<u32>, RunError>,
-    ) -> Result<(), RunError> {
+        mut take: impl FnMut(Event) -> Result<Option<u32>, PoolError>,
+    ) -> Result<(), PoolError> {
         let n = self.vcpus();
         for (i, d) in self.done.iter_mut().enumerate() {
             *d = wanted.is_some_and(|w| w != i as u32);
@@ -214,15 +293,22 @@ impl VcpuPool {
             let ev = match self.recv() {
                 Ok(ev) => ev,
                 Err(Wait::Timeout) => return Err(self.stall(round)),
-                Err(Wait::Interrupted(signal)) => return Err(RunError::interrupted(signal, round)),
+                Err(Wait::Interrupted(signal)) => {
+                    return Err(PoolError::Interrupted {
+                        signal: Signal(signal),
+                        round,
+                    })
+                }
                 Err(Wait::Disconnected) => {
                     let lost = self.done.iter().position(|d| !d).unwrap_or(0);
-                    return Err(RunError::Lost(lost as u32));
+                    return Err(PoolError::Lost(lost as u32));
                 }
             };
             match ev {
-                Event::Failed { vcpu, error } => return Err(RunError::Vcpu { vcpu, round, error }),
-                Event::Stopped { vcpu } => return Err(RunError::Lost(vcpu)),
+                Event::Failed { vcpu, error } => {
+                    return Err(PoolError::Vcpu { vcpu, round, error })
+                }
+                Event::Stopped { vcpu } => return Err(PoolError::Lost(vcpu)),
                 other => {
                     if let Some(vcpu) = take(other)? {
                         if let Some(d) = self.done.get_mut(vcpu as usize) {
@@ -241,45 +327,45 @@ impl VcpuPool {
     /// What the watchdog reports: who had not arrived and where each said it
     /// was. The vCPUs are still running: these are snapshots, which is all a
     /// diagnosis needs; every value is untrusted and decoded with checks.
-    fn stall(&self, round: u32) -> RunError {
+    fn stall(&self, round: u32) -> PoolError {
         let mem = self.mem();
-        RunError::Timeout(Stall {
+        PoolError::Timeout(Stall {
             round,
             missing: (0..self.vcpus())
                 .filter(|&i| !self.done[i as usize])
                 .map(|i| {
-                    let p = vm::read_progress(mem, i).map(|w| Progress::decode(w, self.rounds));
+                    let p = memory::read_progress(mem, i).map(|w| Progress::decode(w, self.rounds));
                     (i, p)
                 })
                 .collect(),
-            semaphore: vm::read_semaphore(mem),
+            semaphore: memory::read_semaphore(mem),
             timeout: self.timeout,
         })
     }
 
     /// Resumes every vCPU and waits until each has reported the end of
     /// `round` (and is parked again).
-    pub fn run_round(&mut self, round: u32) -> Result<(), RunError> {
+    pub fn run_round(&mut self, round: u32) -> Result<(), PoolError> {
         self.send_all(Command::Run);
         self.collect(round, None, |ev| match ev {
             Event::RoundDone { vcpu, round: r } if r == round => Ok(Some(vcpu)),
-            Event::RoundDone { vcpu, round: r } => Err(RunError::WrongRound {
+            Event::RoundDone { vcpu, round: r } => Err(PoolError::WrongRound {
                 vcpu,
                 expected: round,
                 found: r,
             }),
-            Event::Finished { vcpu } => Err(RunError::FinishedEarly { vcpu, round }),
+            Event::Finished { vcpu } => Err(PoolError::FinishedEarly { vcpu, round }),
             _ => Ok(None),
         })
     }
 
     /// Resumes every vCPU after the last of `rounds` rounds and waits until
     /// each has reported the end and halted.
-    pub fn run_to_end(&mut self, rounds: u32) -> Result<(), RunError> {
+    pub fn run_to_end(&mut self, rounds: u32) -> Result<(), PoolError> {
         self.send_all(Command::Run);
         self.collect(rounds, None, |ev| match ev {
             Event::Finished { vcpu } => Ok(Some(vcpu)),
-            Event::RoundDone { vcpu, round } => Err(RunError::WrongRound {
+            Event::RoundDone { vcpu, round } => Err(PoolError::WrongRound {
                 vcpu,
                 expected: rounds,
                 found: round,
@@ -290,34 +376,34 @@ impl VcpuPool {
 
     /// Command mode: resumes every vCPU and waits until each has reported
     /// command `seq` done.
-    pub fn run_command(&mut self, seq: u32) -> Result<(), RunError> {
+    pub fn run_command(&mut self, seq: u32) -> Result<(), PoolError> {
         self.send_all(Command::Run);
         self.collect(seq, None, |ev| match ev {
             Event::CommandDone { vcpu, seq: s } if s == seq => Ok(Some(vcpu)),
-            Event::CommandDone { vcpu, seq: s } => Err(RunError::WrongCommand {
+            Event::CommandDone { vcpu, seq: s } => Err(PoolError::WrongCommand {
                 vcpu,
                 expected: seq,
                 found: s,
             }),
-            Event::RoundDone { vcpu, round } => Err(RunError::WrongCommand {
+            Event::RoundDone { vcpu, round } => Err(PoolError::WrongCommand {
                 vcpu,
                 expected: seq,
                 found: round,
             }),
-            Event::Finished { vcpu } => Err(RunError::FinishedEarly { vcpu, round: seq }),
+            Event::Finished { vcpu } => Err(PoolError::FinishedEarly { vcpu, round: seq }),
             _ => Ok(None),
         })
     }
 
     /// Reads every (parked) vCPU's TSC state back into `out`, in vCPU order,
     /// reusing its storage.
-    pub fn readback_into(&mut self, round: u32, out: &mut Vec<TscState>) -> Result<(), RunError> {
+    pub fn readback_into(&mut self, round: u32, out: &mut Vec<TscState>) -> Result<(), PoolError> {
         out.clear();
         out.resize(self.vcpus() as usize, TscState::default());
         self.send_all(Command::Readback);
         self.collect(round, None, |ev| match ev {
             Event::Readback { vcpu, state } => {
-                let s = state.map_err(|error| RunError::Readback { vcpu, error })?;
+                let s = state.map_err(|error| PoolError::Readback { vcpu, error })?;
                 if let Some(slot) = out.get_mut(vcpu as usize) {
                     *slot = s;
                 }
@@ -328,7 +414,7 @@ impl VcpuPool {
     }
 
     /// Every (parked) vCPU's TSC state, in vCPU order.
-    pub fn readback(&mut self, round: u32) -> Result<Vec<TscState>, RunError> {
+    pub fn readback(&mut self, round: u32) -> Result<Vec<TscState>, PoolError> {
         let mut out = Vec::new();
         self.readback_into(round, &mut out)?;
         Ok(out)
@@ -338,7 +424,7 @@ impl VcpuPool {
     /// vCPU thread completes its pending port I/O and saves its registers
     /// and TSC state ([`Command::Save`]); the vCPUs stay parked. A vCPU whose
     /// state could not be saved answers with why.
-    pub fn save_all(&mut self, round: u32) -> Result<Vec<Saved>, RunError> {
+    pub fn save_all(&mut self, round: u32) -> Result<Vec<Saved>, PoolError> {
         let mut out: Vec<Option<Saved>> = (0..self.vcpus()).map(|_| None).collect();
         self.send_all(Command::Save);
         self.collect(round, None, |ev| match ev {
@@ -352,40 +438,15 @@ impl VcpuPool {
         })?;
         out.into_iter()
             .enumerate()
-            .map(|(i, s)| s.ok_or(RunError::Lost(i as u32)))
+            .map(|(i, s)| s.ok_or(PoolError::Lost(i as u32)))
             .collect()
-    }
-
-    /// Reads every vCPU's record of `round` from guest memory into `out`
-    /// (reusing its storage), each validated against the contract.
-    pub fn read_records(
-        &self,
-        round: u32,
-        variant: Variant,
-        out: &mut Vec<RoundRecord>,
-    ) -> Result<(), RunError> {
-        out.clear();
-        let mem = self.mem();
-        for vcpu in 0..self.vcpus() {
-            let mut buf = [0u8; RECORD_SIZE];
-            let record = mem
-                .read_slice(&mut buf, GuestAddress(layout::record(vcpu)))
-                .ok()
-                .and_then(|()| RoundRecord::from_bytes(&buf))
-                .ok_or(RunError::UnreadableRecord { vcpu, round })?;
-            record
-                .validate(vcpu, round, variant as u32)
-                .map_err(|error| RunError::BadRecord { vcpu, round, error })?;
-            out.push(record);
-        }
-        Ok(())
     }
 
     /// A host MSR access on one parked vCPU: [`Command::GetMsr`] returns the
     /// value read, [`Command::SetMsr`] the value written.
-    pub fn msr(&mut self, vcpu: u32, cmd: Command, round: u32) -> Result<u64, RunError> {
+    pub fn msr(&mut self, vcpu: u32, cmd: Command, round: u32) -> Result<u64, PoolError> {
         let Some(tx) = self.commands.get(vcpu as usize) else {
-            return Err(RunError::Lost(vcpu));
+            return Err(PoolError::Lost(vcpu));
         };
         // A thread that has ended reports it through its last event.
         let _ = tx.send(cmd);
@@ -394,12 +455,12 @@ impl VcpuPool {
             Event::Msr {
                 vcpu: v, value: r, ..
             } if v == vcpu => {
-                value = Some(r.map_err(|error| RunError::Readback { vcpu, error })?);
+                value = Some(r.map_err(|error| PoolError::Readback { vcpu, error })?);
                 Ok(Some(vcpu))
             }
             _ => Ok(None),
         })?;
-        value.ok_or(RunError::Lost(vcpu))
+        value.ok_or(PoolError::Lost(vcpu))
     }
 
     /// Stops every vCPU thread and joins them within [`JOIN_GRACE`]. Returns

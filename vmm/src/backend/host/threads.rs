@@ -30,14 +30,16 @@ use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use tsc_contract::{Progress, RoundRecord, Variant};
-use tsc_sync::{LinuxParams, LinuxShared, LinuxSyncResult, Shared};
+use tsc_sync::{LinuxParams, LinuxSyncResult};
 
 use super::affinity;
 use super::cpu::{Aborted, StopControl, ThreadCpu};
 use super::round::{one_round, RoundOutput};
-use crate::error::{RunError, Stall};
+use super::shared::RoundShared;
+use crate::error::RunError;
 use crate::stop;
 use crate::tsc::{host_rdtsc, TscState};
+use crate::watchdog::Stall;
 
 /// How long a parked thread or the coordinator sleeps between looks at the
 /// shutdown flag, the stop request and the deadline.
@@ -46,16 +48,6 @@ const POLL: Duration = Duration::from_millis(10);
 /// How long threads get to react to an abort or a shutdown before the
 /// coordinator gives up on them.
 pub const GRACE: Duration = Duration::from_secs(5);
-
-/// The shared state of one round: fresh (all zero) for every round, each
-/// part on cache lines of its own (both are 64-byte aligned).
-#[derive(Debug, Default)]
-pub struct RoundShared {
-    /// Xen's rendezvous.
-    pub xen: Shared,
-    /// Linux's sync.
-    pub linux: LinuxShared,
-}
 
 /// What the coordinator asks of one thread.
 #[derive(Debug)]
@@ -174,8 +166,7 @@ impl Workers {
     /// planned (a failed pin leaves that thread unpinned and is said in
     /// [`Workers::pin_failures`]).
     pub fn start(setup: &Setup, rounds: u32) -> Result<Workers, RunError> {
-        let cycles = u128::from(setup.tsc_khz) * setup.timeout.as_millis();
-        let deadline_tsc = host_rdtsc().saturating_add(u64::try_from(cycles).unwrap_or(u64::MAX));
+        let deadline_tsc = AtomicU64::new(tsc_deadline(setup.tsc_khz, setup.timeout));
         let ctl = Arc::new(Control {
             stop: StopControl {
                 abort: AtomicBool::new(false),
@@ -222,6 +213,15 @@ impl Workers {
             w.handles.push(handle);
         }
         Ok(w)
+    }
+
+    /// Re-arms the deadline: what follows must be done within `timeout`
+    /// from now (every thread is parked).
+    pub fn rearm(&mut self, timeout: Duration) {
+        self.deadline = Instant::now() + timeout;
+        self.timeout = timeout;
+        let at = tsc_deadline(self.tsc_khz, timeout);
+        self.ctl.stop.deadline_tsc.store(at, Ordering::Relaxed);
     }
 
     /// Per thread, the CPU it is pinned to.
@@ -322,8 +322,9 @@ impl Workers {
     }
 
     /// Runs round `round` of `variant` on every thread with a fresh shared
-    /// state; fills `records` and `syncs` (Linux's results, `None` for the
-    /// other variants) in thread order.
+    /// state; fills `records` (raw: the round driver validates them) and
+    /// `syncs` (Linux's results, `None` for the other variants) in thread
+    /// order.
     pub fn run_round(
         &mut self,
         round: u32,
@@ -372,12 +373,6 @@ impl Workers {
         };
         if let Err(why) = waited {
             return Err(self.ended(why, round, &missing, Some((&shared, variant))));
-        }
-        for (k, record) in records.iter().enumerate() {
-            let vcpu = k as u32;
-            record
-                .validate(vcpu, round, variant as u32)
-                .map_err(|error| RunError::BadRecord { vcpu, round, error })?;
         }
         Ok(())
     }
@@ -433,6 +428,12 @@ impl Drop for Workers {
             }
         }
     }
+}
+
+/// The host TSC `timeout` from now at `tsc_khz`.
+fn tsc_deadline(tsc_khz: u32, timeout: Duration) -> u64 {
+    let cycles = u128::from(tsc_khz) * timeout.as_millis();
+    host_rdtsc().saturating_add(u64::try_from(cycles).unwrap_or(u64::MAX))
 }
 
 /// The next job after job `last`; `None` once the run shuts down.

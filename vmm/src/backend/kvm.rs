@@ -1,0 +1,118 @@
+//! The KVM backend: a VM whose guest runs the rounds on its vCPUs, real
+//! `wrmsr IA32_TSC` writes, every vCPU's TSC state read back through KVM
+//! while all of them are parked outside KVM_RUN.
+
+use std::time::Duration;
+
+use tsc_contract::Variant;
+
+use super::{Backend, RoundData};
+use crate::error::RunError;
+use crate::host::HostInfo;
+use crate::options::RunOptions;
+use crate::tsc::TscState;
+use crate::vstate::sync_area;
+use crate::vstate::vm::{self, Vm, VmSpec};
+use crate::vstate::{memory, VcpuPool};
+
+/// A running VM and what the rounds need of it.
+pub struct KvmBackend {
+    pool: VcpuPool,
+    /// The variant the guest's config names now.
+    current: Variant,
+}
+
+impl KvmBackend {
+    /// Creates the VM for `rounds` rounds, the first of `first`, with the
+    /// options' vCPUs, guest image, injected fault, Linux windows and
+    /// initial skew (set before any vCPU runs; the first readback verifies
+    /// it), and starts its vCPU threads.
+    pub fn start(opts: &RunOptions, rounds: u32, first: Variant) -> Result<KvmBackend, RunError> {
+        let spec = VmSpec {
+            vcpus: opts.vcpus,
+            rounds,
+            variant: first,
+            command_mode: false,
+            windows_ms: opts.sync_windows_ms,
+            inject: opts.inject,
+            image: opts
+                .image
+                .as_deref()
+                .unwrap_or(crate::guest_image::EMBEDDED),
+        };
+        let machine = Vm::new(vm::open_kvm()?, &spec)?;
+        if let Some(cycles) = opts.initial_skew {
+            crate::initial_skew::apply(&machine.vcpus, cycles)?;
+        }
+        let timeout = opts.round_timeout.unwrap_or(opts.timeout);
+        Ok(KvmBackend {
+            pool: VcpuPool::start(machine, timeout, rounds)?,
+            current: first,
+        })
+    }
+}
+
+impl Backend for KvmBackend {
+    fn vcpus(&self) -> u32 {
+        self.pool.vcpus()
+    }
+
+    fn readback(&mut self, round: u32, out: &mut Vec<TscState>) -> Result<(), RunError> {
+        Ok(self.pool.readback_into(round, out)?)
+    }
+
+    fn run_round(
+        &mut self,
+        round: u32,
+        variant: Variant,
+        data: &mut RoundData,
+    ) -> Result<(), RunError> {
+        let linux = variant == Variant::LinuxTscSync;
+        if self.current != variant {
+            memory::set_variant(self.pool.mem(), variant)?;
+            self.current = variant;
+        }
+        if linux {
+            memory::clear_sync_results(self.pool.mem(), self.pool.vcpus())?;
+        }
+        self.pool.run_round(round)?;
+        // Every vCPU is parked outside KVM_RUN now: read them all back.
+        self.pool.readback_into(round, &mut data.after)?;
+        let (mem, vcpus) = (self.pool.mem(), self.pool.vcpus());
+        memory::read_records(mem, vcpus, &mut data.records)
+            .map_err(|vcpu| RunError::UnreadableRecord { vcpu, round })?;
+        data.sync = linux
+            .then(|| sync_area::read(mem, vcpus))
+            .transpose()
+            .map_err(|error| RunError::Sync { round, error })?;
+        // Xen starts every calibration with a fresh shared state.
+        memory::reset_rendezvous(mem)?;
+        Ok(())
+    }
+
+    fn finish(&mut self, rounds: u32) -> Result<(), RunError> {
+        Ok(self.pool.run_to_end(rounds)?)
+    }
+
+    fn rearm(&mut self, timeout: Duration) {
+        self.pool.rearm(timeout);
+    }
+
+    fn host(&self, initial: &[TscState]) -> HostInfo {
+        let mut host = HostInfo::collect(self.pool.facts(initial));
+        host.sync_windows = Some(self.pool.sync_windows());
+        host
+    }
+
+    fn skew_set_by(&self) -> &'static str {
+        "KVM_VCPU_TSC_OFFSET"
+    }
+
+    fn unequal_start(&self, offset: Option<u64>, first: Option<u64>) -> String {
+        format!("the vCPUs did not start with the same TSC offset ({offset:?} vs {first:?})")
+    }
+
+    fn spin_breaker(&self) -> bool {
+        self.pool.spin_breaker()
+    }
+}

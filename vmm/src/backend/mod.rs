@@ -1,0 +1,97 @@
+//! Where the algorithms run: the CPUs a run drives round by round. KVM's
+//! vCPUs ([`kvm`]: a VM and its vCPU pool) or threads of this OS ([`host`]:
+//! no hypervisor involved). Both implement [`Backend`], so the round driver
+//! ([`crate::run`]) is written once, as uhyve's `UhyveVm<Backend>` is: the
+//! schedule, the readback, the verification of an initial skew, the
+//! accumulation and the per-round callback live there, and a backend only
+//! runs rounds and reads its CPUs back.
+
+pub mod host;
+pub mod kvm;
+
+use std::time::Duration;
+
+use tsc_contract::{RoundRecord, Variant};
+
+use crate::error::RunError;
+use crate::host::HostInfo;
+use crate::tsc::TscState;
+use crate::vstate::sync_area::SyncRound;
+
+/// What one round left behind, with every CPU parked: the records the CPUs
+/// wrote (raw: the driver validates them), every CPU's TSC state read back
+/// after the round, and Linux's results for `linux-tsc-sync`. Reused from
+/// round to round, so that the per-round path allocates nothing.
+#[derive(Debug, Default)]
+pub struct RoundData {
+    /// Every CPU's record, in CPU order.
+    pub records: Vec<RoundRecord>,
+    /// Every CPU's TSC state after the round, in CPU order.
+    pub after: Vec<TscState>,
+    /// Linux's results (`None` for the other variants).
+    pub sync: Option<SyncRound>,
+}
+
+impl RoundData {
+    /// Storage for `vcpus` CPUs.
+    pub fn with_capacity(vcpus: usize) -> RoundData {
+        RoundData {
+            records: Vec::with_capacity(vcpus),
+            after: Vec::with_capacity(vcpus),
+            sync: None,
+        }
+    }
+}
+
+/// The CPUs a run drives. Every method is called with every CPU parked
+/// (none is running a round), from the thread that started the backend.
+pub trait Backend {
+    /// How many CPUs take part.
+    fn vcpus(&self) -> u32;
+
+    /// Every CPU's TSC state now, into `out` in CPU order (before the first
+    /// round; `round` names it in errors).
+    fn readback(&mut self, round: u32, out: &mut Vec<TscState>) -> Result<(), RunError>;
+
+    /// Runs round `round` of `variant` on every CPU, waits until all have
+    /// parked again and fills `data` with what the round left.
+    fn run_round(
+        &mut self,
+        round: u32,
+        variant: Variant,
+        data: &mut RoundData,
+    ) -> Result<(), RunError>;
+
+    /// After the last of `rounds` rounds of a run that ran them all: lets
+    /// the CPUs end (a guest reports its end and halts).
+    fn finish(&mut self, rounds: u32) -> Result<(), RunError> {
+        let _ = rounds;
+        Ok(())
+    }
+
+    /// Re-arms the watchdog: what follows must be done within `timeout`
+    /// from now.
+    fn rearm(&mut self, timeout: Duration);
+
+    /// The host facts, given every CPU's first readback.
+    fn host(&self, initial: &[TscState]) -> HostInfo;
+
+    /// Notes on how the CPUs were set up (said before any other note).
+    fn setup_notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// How an initial skew was set, for its note.
+    fn skew_set_by(&self) -> &'static str;
+
+    /// The note for CPUs that did not start with the same offset without
+    /// an initial skew asked for: `offset` is the first one that differs
+    /// from CPU 0's `first`.
+    fn unequal_start(&self, offset: Option<u64>, first: Option<u64>) -> String;
+
+    /// Whether the VMM broke up the guests' spin-waits (more vCPUs than host
+    /// cores): how the run was paced.
+    fn spin_breaker(&self) -> bool {
+        false
+    }
+}

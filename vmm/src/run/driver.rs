@@ -1,0 +1,155 @@
+//! The one round loop, for every backend: the first readback and what it
+//! says (an initial skew verified, the notes), then per round of the
+//! schedule the round itself, its records validated, its analysis, and the
+//! round handed on. Adding a per-round measurement means changing
+//! [`Driver::round`] and nothing else.
+
+use tsc_contract::Variant;
+
+use super::facts::RunFacts;
+use super::schedule::Schedule;
+use crate::analysis::{RoundAccumulator, RoundResult};
+use crate::backend::{Backend, RoundData};
+use crate::error::{Failure, RunError};
+use crate::host::HostInfo;
+use crate::initial_skew;
+use crate::options::RunOptions;
+use crate::stop;
+use crate::tsc::TscState;
+
+/// Where the rounds go as they complete: kept, written or summarised; an
+/// error ends the run with [`RunError::Output`].
+pub type OnRound<'a> = dyn FnMut(RoundResult) -> Result<(), String> + 'a;
+
+/// The round loop's state that outlives an error.
+struct Driver<'o> {
+    opts: &'o RunOptions,
+    host: Option<HostInfo>,
+    completed: u32,
+}
+
+/// Runs the rounds `schedule` draws on `backend`, the first of `first`
+/// (the variant the backend was started with, already drawn), handing each
+/// to `on_round` as soon as it is complete. A failure keeps how many rounds
+/// completed and the host facts, when they were read.
+#[allow(clippy::result_large_err)]
+pub fn drive<B: Backend>(
+    backend: &mut B,
+    opts: &RunOptions,
+    first: Variant,
+    schedule: &mut dyn Schedule,
+    on_round: &mut OnRound<'_>,
+) -> Result<RunFacts, Failure> {
+    let mut d = Driver {
+        opts,
+        host: None,
+        completed: 0,
+    };
+    d.rounds(backend, first, schedule, on_round)
+        .map_err(|error| Failure {
+            error,
+            rounds_completed: d.completed,
+            host: d.host.map(Box::new),
+        })
+}
+
+impl Driver<'_> {
+    fn rounds<B: Backend>(
+        &mut self,
+        backend: &mut B,
+        first: Variant,
+        schedule: &mut dyn Schedule,
+        on_round: &mut OnRound<'_>,
+    ) -> Result<RunFacts, RunError> {
+        let n = backend.vcpus() as usize;
+        let mut initial = Vec::with_capacity(n);
+        backend.readback(0, &mut initial)?;
+        let mut host = backend.host(&initial);
+        host.initial_skew_cycles = self.opts.initial_skew;
+        self.host = Some(host.clone());
+        let notes = self.notes(backend, &initial)?;
+
+        // Reused by every round: past the first, the per-round path
+        // allocates nothing but the round's own result.
+        let mut acc = RoundAccumulator::new(&initial);
+        let mut data = RoundData::with_capacity(n);
+        let mut next = Some(first);
+        let max = schedule.max_rounds();
+        let mut round = 0u32;
+        while round < max && !schedule.ends_after(round) {
+            let variant = next.take().unwrap_or_else(|| schedule.next_variant());
+            let result = self.round(backend, round, variant, &mut acc, &mut data)?;
+            on_round(result).map_err(RunError::Output)?;
+            self.completed += 1;
+            round += 1;
+        }
+        if round == max {
+            // Every round ran: let the CPUs end. A run cut short leaves
+            // them parked; they are stopped with the backend.
+            self.rearm(backend);
+            backend.finish(max)?;
+        }
+        Ok(RunFacts {
+            host,
+            vcpus: backend.vcpus(),
+            initial,
+            notes,
+            spin_breaker: backend.spin_breaker(),
+        })
+    }
+
+    /// One round: run it, validate its records, analyse it.
+    fn round<B: Backend>(
+        &mut self,
+        backend: &mut B,
+        round: u32,
+        variant: Variant,
+        acc: &mut RoundAccumulator,
+        data: &mut RoundData,
+    ) -> Result<RoundResult, RunError> {
+        if let Some(signal) = stop::requested() {
+            return Err(RunError::interrupted(signal, round));
+        }
+        self.rearm(backend);
+        backend.run_round(round, variant, data)?;
+        RunError::check_records(&data.records, round, variant)?;
+        let result = acc.add(round, variant, &data.records, &data.after, data.sync.take());
+        for d in &result.disagreements {
+            log::warn!("round {round}: {d}");
+        }
+        Ok(result)
+    }
+
+    /// Every round of a run by time has its own deadline.
+    fn rearm<B: Backend>(&self, backend: &mut B) {
+        if let Some(t) = self.opts.round_timeout {
+            backend.rearm(t);
+        }
+    }
+
+    /// What the first readback says: the initial skew verified and noted,
+    /// or offsets that differ without one; a TSC_ADJUST that is not 0.
+    fn notes<B: Backend>(
+        &self,
+        backend: &B,
+        initial: &[TscState],
+    ) -> Result<Vec<String>, RunError> {
+        let mut notes = backend.setup_notes();
+        if let Some(cycles) = self.opts.initial_skew {
+            initial_skew::verify(initial, cycles)?;
+            notes.push(initial_skew::note(
+                initial.len(),
+                cycles,
+                backend.skew_set_by(),
+            ));
+        } else if let Some(first) = initial.first() {
+            if let Some(s) = initial.iter().find(|s| s.offset != first.offset) {
+                notes.push(backend.unequal_start(s.offset, first.offset));
+            }
+        }
+        if initial.iter().any(|s| s.adjust != 0) {
+            notes.push("a vCPU started with a non-zero TSC_ADJUST".into());
+        }
+        Ok(notes)
+    }
+}

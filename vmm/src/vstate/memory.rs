@@ -1,0 +1,116 @@
+//! The guest's memory as the host reads and writes it, at the addresses the
+//! contract crate lays out: the config, the rendezvous' shared state, the
+//! command slots, the records, the progress slots, Linux's result slots.
+//! Writes happen only while every vCPU is parked (or before any runs); what
+//! is read is untrusted and decoded with checks by whoever uses it.
+
+use tsc_contract::{
+    layout, CommandSlot, Config, RoundRecord, Variant, COMMAND_SLOT_SIZE, RECORD_SIZE,
+};
+use tsc_sync::SHARED_SIZE;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+/// A guest memory access that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("guest memory: {0}")]
+pub struct MemError(pub String);
+
+fn mem_err(e: impl std::fmt::Display) -> MemError {
+    MemError(e.to_string())
+}
+
+/// Writes `words` little-endian from `addr`.
+pub fn write_u64s(mem: &GuestMemoryMmap, words: &[u64], addr: u64) -> Result<(), MemError> {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    mem.write_slice(&bytes, GuestAddress(addr)).map_err(mem_err)
+}
+
+/// Writes the config the guest reads.
+pub fn write_config(mem: &GuestMemoryMmap, c: &Config) -> Result<(), MemError> {
+    mem.write_slice(&c.to_bytes(), GuestAddress(layout::CONFIG))
+        .map_err(mem_err)
+}
+
+/// Reads vCPU `vcpu`'s progress slot (raw, untrusted: decode it with
+/// [`tsc_contract::Progress::decode`]).
+pub fn read_progress(mem: &GuestMemoryMmap, vcpu: u32) -> Option<u64> {
+    mem.read_obj(GuestAddress(layout::progress(vcpu))).ok()
+}
+
+/// Sets the variant of the next round (all vCPUs must be parked).
+pub fn set_variant(mem: &GuestMemoryMmap, variant: Variant) -> Result<(), MemError> {
+    let offset = std::mem::offset_of!(Config, variant) as u64;
+    mem.write_obj(variant as u32, GuestAddress(layout::CONFIG + offset))
+        .map_err(mem_err)
+}
+
+/// Zeroes the rendezvous' shared state: Xen starts every calibration with a
+/// fresh one; and Linux's sync's (all vCPUs must be parked).
+pub fn reset_rendezvous(mem: &GuestMemoryMmap) -> Result<(), MemError> {
+    mem.write_slice(&[0u8; SHARED_SIZE], GuestAddress(layout::RENDEZVOUS))
+        .and_then(|()| {
+            mem.write_slice(
+                &[0u8; tsc_sync::linux::LINUX_SHARED_SIZE],
+                GuestAddress(layout::SYNC),
+            )
+        })
+        .map_err(mem_err)
+}
+
+/// Reads the rendezvous semaphore (for diagnostics).
+pub fn read_semaphore(mem: &GuestMemoryMmap) -> Option<u32> {
+    mem.read_obj(GuestAddress(layout::RENDEZVOUS)).ok()
+}
+
+/// Writes vCPU `index`'s command slot (the vCPU must be parked).
+pub fn write_command(mem: &GuestMemoryMmap, index: u32, c: &CommandSlot) -> Result<(), MemError> {
+    mem.write_slice(&c.to_bytes(), GuestAddress(layout::command(index)))
+        .map_err(mem_err)
+}
+
+/// Reads vCPU `index`'s command slot.
+pub fn read_command(mem: &GuestMemoryMmap, index: u32) -> Result<CommandSlot, MemError> {
+    let mut b = [0u8; COMMAND_SLOT_SIZE];
+    mem.read_slice(&mut b, GuestAddress(layout::command(index)))
+        .map_err(mem_err)?;
+    CommandSlot::from_bytes(&b).ok_or_else(|| MemError("short command slot".into()))
+}
+
+/// Zeroes the warp test's shared state (all vCPUs must be parked).
+pub fn reset_warp(mem: &GuestMemoryMmap) -> Result<(), MemError> {
+    mem.write_slice(
+        &[0u8; tsc_sync::warp::WARP_SHARED_SIZE],
+        GuestAddress(layout::WARP),
+    )
+    .map_err(mem_err)
+}
+
+/// Zeroes every vCPU's result slot of Linux's sync, so that a slot the guest
+/// did not write this round cannot pass for a result (all vCPUs must be
+/// parked; the protocol's own state is zeroed with the rendezvous').
+pub fn clear_sync_results(mem: &GuestMemoryMmap, vcpus: u32) -> Result<(), MemError> {
+    let zero = [0u8; layout::SYNC_RESULT_SIZE as usize];
+    (0..vcpus)
+        .try_for_each(|i| mem.write_slice(&zero, GuestAddress(layout::sync_result(i))))
+        .map_err(mem_err)
+}
+
+/// Reads every vCPU's record (raw: validate it before use) into `out`,
+/// reusing its storage. `Err(vcpu)`: that vCPU's record cannot be read.
+pub fn read_records(
+    mem: &GuestMemoryMmap,
+    vcpus: u32,
+    out: &mut Vec<RoundRecord>,
+) -> Result<(), u32> {
+    out.clear();
+    for vcpu in 0..vcpus {
+        let mut buf = [0u8; RECORD_SIZE];
+        let record = mem
+            .read_slice(&mut buf, GuestAddress(layout::record(vcpu)))
+            .ok()
+            .and_then(|()| RoundRecord::from_bytes(&buf))
+            .ok_or(vcpu)?;
+        out.push(record);
+    }
+    Ok(())
+}
