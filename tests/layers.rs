@@ -1,10 +1,16 @@
 //! The module structure of the `tsc_vmm` library crate (`vmm/src`), checked
 //! from its sources with `syn`. Fails when:
 //! 1. two or more modules import each other in a cycle;
-//! 2. the longest import chain is more than [`MAX_CHAIN`] modules.
+//! 2. the longest import chain is more than [`MAX_CHAIN`] modules;
+//! 3. a source file under `vmm/src` is more than [`MAX_FILE`] lines (every
+//!    `.rs` file there, `main.rs` and test files included);
+//! 4. a function is more than [`MAX_FN`] lines (from its `fn` keyword to its
+//!    closing brace; free functions, methods, trait defaults and nested
+//!    functions; `#[test]` functions and `#[cfg(test)]` code left out).
 //!
 //! Each failure says exactly what is wrong: the cycle with the file:line of
-//! a use creating each of its edges, the chain with the same.
+//! a use creating each of its edges, the chain with the same, the file and
+//! its length, the function, where it starts and its length.
 //!
 //! The graph, precisely:
 //! - Nodes: the crate's modules, one per file (`lib.rs` is `crate`, `foo.rs`
@@ -43,6 +49,8 @@ use std::sync::OnceLock;
 mod dag;
 #[path = "layers/graph.rs"]
 mod graph;
+#[path = "layers/size.rs"]
+mod size;
 #[path = "layers/unit.rs"]
 mod unit;
 
@@ -50,6 +58,10 @@ use graph::{Graph, Source};
 
 /// The most modules an import chain may span.
 const MAX_CHAIN: usize = 10;
+/// The most lines a source file may have.
+const MAX_FILE: usize = 600;
+/// The most lines a function may have.
+const MAX_FN: usize = 120;
 
 /// Every `.rs` file under `dir`, recursively, sorted.
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -145,6 +157,51 @@ fn import_chains_are_short() {
         "an import chain of {} modules in vmm/src, more than {MAX_CHAIN}:\n{}",
         chain.len(),
         dag::describe_chain(&chain)
+    );
+}
+
+#[test]
+fn files_are_short() {
+    let long: Vec<String> = files()
+        .iter()
+        .map(|(file, _, text)| (file, text.lines().count()))
+        .filter(|&(_, n)| n > MAX_FILE)
+        .map(|(file, n)| format!("    {file}: {n} lines"))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "{} file(s) in vmm/src over {MAX_FILE} lines:\n{}",
+        long.len(),
+        long.join("\n")
+    );
+}
+
+#[test]
+fn functions_are_short() {
+    let g = vmm_graph();
+    let mut long = Vec::new();
+    for (file, module, text) in files() {
+        // main.rs, and the library's files that are not test code.
+        if module.as_ref().is_none_or(|m| g.files.contains_key(m)) {
+            let found =
+                size::long_fns(file, text, MAX_FN).unwrap_or_else(|e| panic!("cannot parse {e}"));
+            long.extend(found);
+        }
+    }
+    let lines: Vec<String> = long
+        .iter()
+        .map(|f| {
+            format!(
+                "    {}:{}: fn {}: {} lines",
+                f.file, f.line, f.name, f.lines
+            )
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "{} function(s) in vmm/src over {MAX_FN} lines (`fn` to closing brace):\n{}",
+        long.len(),
+        lines.join("\n")
     );
 }
 

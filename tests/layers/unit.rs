@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::dag;
 use crate::graph::{analyse, Graph, Source};
+use crate::size::long_fns;
 
 /// The graph of a crate given as (module path, source) pairs; the file of
 /// `crate::a::b` is `a/b.rs`.
@@ -219,6 +220,23 @@ fn other_crates_and_locals_are_not_edges() {
         ("crate::fmt", "pub fn g() {}\n"),
     ]);
     assert_eq!(edges(&g), Vec::<String>::new());
+}
+
+#[test]
+fn long_functions_are_found_and_tests_left_out() {
+    let body = "    let _ = 1;\n".repeat(5);
+    let text = format!(
+        "struct S;\nimpl S {{\n    fn long(&self) {{\n{body}    }}\n}}\nfn short() {{}}\n\
+         #[test]\nfn long_test() {{\n{body}}}\n#[cfg(test)]\nmod tests {{\n    fn long() {{\n{body}    }}\n}}\n"
+    );
+    let found = long_fns("x.rs", &text, 6).unwrap_or_else(|e| panic!("{e}"));
+    let expected = crate::size::LongFn {
+        name: "S::long".into(),
+        file: "x.rs".into(),
+        line: 3,
+        lines: 7,
+    };
+    assert_eq!(found, [expected]);
 }
 
 #[test]
