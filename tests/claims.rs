@@ -77,8 +77,8 @@
 //! | `--csv`: the documented columns, one row per measured round and vCPU, warm-up rounds not written | `kvm_compare::a_fresh_vm_every_two_blocks_and_every_csv_column`, `vmm/src/compare/csv.rs::each_column_holds_its_value_and_missing_values_are_empty` |
 //! | `--plot`: CDFs of CPU 0's exit time and of the skew side by side | `kvm_compare::compare_measures_every_variant_in_balanced_order_and_outputs_agree` |
 //! | the x axes end at 1.25x the largest p90; the legend says how many lie beyond | `vmm/src/compare/plot.rs::the_axis_ends_at_a_quarter_past_the_largest_p90`, `vmm/src/compare/plot.rs::the_legend_counts_what_lies_beyond_the_axis`, `claims::the_plot_legend_counts_the_rounds_beyond_the_axis`, `kvm_compare::compare_measures_every_variant_in_balanced_order_and_outputs_agree` |
-//! | the progress line: only when stderr is a terminal and never with `--json`, from the first second, at most 4 redraws a second, cleared before the report | `vmm/src/report/progress.rs::a_line_is_drawn_only_when_enabled_and_after_a_second`, `kvm_compare::compare_measures_every_variant_in_balanced_order_and_outputs_agree` (no line on a pipe) |
-//! | the line says rounds so far, the median skew so far, elapsed and left | `vmm/src/report/progress.rs::the_line_says_rounds_medians_and_times`, `vmm/src/report/progress.rs::the_time_left_follows_the_rate_so_far` |
+//! | the progress line: only when stderr is a terminal and never with `--json`, from the first second, at most 4 redraws a second, cleared before the report | `vmm/src/output/progress.rs::a_line_is_drawn_only_when_enabled_and_after_a_second`, `kvm_compare::compare_measures_every_variant_in_balanced_order_and_outputs_agree` (no line on a pipe) |
+//! | the line says rounds so far, the median skew so far, elapsed and left | `vmm/src/output/progress.rs::the_line_says_rounds_medians_and_times`, `vmm/src/output/progress.rs::the_time_left_follows_the_rate_so_far` |
 //! | `--output FILE` streams every measured round | `soak::a_comparison_by_time_streams_its_rounds_and_summary_records` |
 
 use std::borrow::Cow;
@@ -109,8 +109,8 @@ const SOURCES: &[(&str, &str)] = &[
     ),
     ("vmm/src/options.rs", include_str!("../vmm/src/options.rs")),
     (
-        "vmm/src/report/progress.rs",
-        include_str!("../vmm/src/report/progress.rs"),
+        "vmm/src/output/progress.rs",
+        include_str!("../vmm/src/output/progress.rs"),
     ),
     ("soak", include_str!("soak.rs")),
     ("vmm/src/error.rs", include_str!("../vmm/src/error.rs")),

@@ -11,8 +11,7 @@
 //! first round and says why. On the host backend each thread's offset is set
 //! directly.
 
-use crate::tsc::{self, TscError, TscState};
-use kvm_ioctls::VcpuFd;
+use crate::tsc::{TscError, TscState};
 
 /// Why the initial skew could not be applied.
 #[derive(Debug, thiserror::Error, displaydoc::Display)]
@@ -50,26 +49,6 @@ pub fn targets(vcpus: u32, cycles: u64) -> Vec<u64> {
             u64::try_from(t).unwrap_or(cycles)
         })
         .collect()
-}
-
-/// Sets every vCPU's offset to vCPU 0's plus its target (wrapping), through
-/// KVM_VCPU_TSC_OFFSET. The vCPUs must not be running.
-pub fn apply(vcpus: &[VcpuFd], cycles: u64) -> Result<(), SkewError> {
-    let Some(first) = vcpus.first() else {
-        return Ok(());
-    };
-    if !tsc::has_offset_attr(first) {
-        return Err(SkewError::NoOffsetAttr);
-    }
-    let base = tsc::get_offset(first).map_err(|error| SkewError::Set { vcpu: 0, error })?;
-    let n = u32::try_from(vcpus.len()).unwrap_or(u32::MAX);
-    for (k, (fd, t)) in vcpus.iter().zip(targets(n, cycles)).enumerate().skip(1) {
-        tsc::set_offset(fd, base.wrapping_add(t)).map_err(|error| SkewError::Set {
-            vcpu: k as u32,
-            error,
-        })?;
-    }
-    Ok(())
 }
 
 /// The run's note on its initial skew, once [`verify`] passed: what was

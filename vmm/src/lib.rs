@@ -33,6 +33,7 @@ mod guest_image;
 mod host;
 mod initial_skew;
 mod options;
+mod output;
 mod report;
 mod restore;
 mod run;

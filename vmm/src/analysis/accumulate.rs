@@ -15,7 +15,9 @@
 
 use tsc_contract::{RoundRecord, Variant};
 
-use super::{analyse_round, signed_delta, Base, Decision, RoundResult, SkewBasis, VcpuSample};
+use super::arith::signed_delta;
+use super::honoured::Decision;
+use super::round::{analyse_round, Base, RoundResult, SkewBasis, VcpuSample};
 use crate::tsc::TscState;
 use crate::vstate::sync_area::SyncRound;
 

@@ -1,6 +1,7 @@
 //! Unit tests of the round analysis: synthetic records and readbacks.
 use super::*;
-use tsc_contract::RECORD_MAGIC;
+use crate::tsc::TscState;
+use tsc_contract::{RoundRecord, RECORD_MAGIC};
 
 #[test]
 fn signed_deltas_wrap() {

@@ -4,13 +4,16 @@
 
 use std::time::Duration;
 
+use kvm_ioctls::VcpuFd;
+
 use tsc_contract::Variant;
 
 use super::{Backend, RoundData};
 use crate::error::RunError;
 use crate::host::HostInfo;
+use crate::initial_skew::{targets, SkewError};
 use crate::options::RunOptions;
-use crate::tsc::TscState;
+use crate::tsc::{self, TscState};
 use crate::vstate::sync_area;
 use crate::vstate::vm::{self, Vm, VmSpec};
 use crate::vstate::{memory, VcpuPool};
@@ -42,7 +45,7 @@ impl KvmBackend {
         };
         let machine = Vm::new(vm::open_kvm()?, &spec)?;
         if let Some(cycles) = opts.initial_skew {
-            crate::initial_skew::apply(&machine.vcpus, cycles)?;
+            apply_initial_skew(&machine.vcpus, cycles)?;
         }
         let timeout = opts.round_timeout.unwrap_or(opts.timeout);
         Ok(KvmBackend {
@@ -115,4 +118,24 @@ impl Backend for KvmBackend {
     fn spin_breaker(&self) -> bool {
         self.pool.spin_breaker()
     }
+}
+
+/// Sets every vCPU's offset to vCPU 0's plus its target (wrapping), through
+/// KVM_VCPU_TSC_OFFSET. The vCPUs must not be running.
+fn apply_initial_skew(vcpus: &[VcpuFd], cycles: u64) -> Result<(), SkewError> {
+    let Some(first) = vcpus.first() else {
+        return Ok(());
+    };
+    if !tsc::has_offset_attr(first) {
+        return Err(SkewError::NoOffsetAttr);
+    }
+    let base = tsc::get_offset(first).map_err(|error| SkewError::Set { vcpu: 0, error })?;
+    let n = u32::try_from(vcpus.len()).unwrap_or(u32::MAX);
+    for (k, (fd, t)) in vcpus.iter().zip(targets(n, cycles)).enumerate().skip(1) {
+        tsc::set_offset(fd, base.wrapping_add(t)).map_err(|error| SkewError::Set {
+            vcpu: k as u32,
+            error,
+        })?;
+    }
+    Ok(())
 }

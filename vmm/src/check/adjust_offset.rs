@@ -4,8 +4,10 @@
 
 use serde_json::json;
 
+use super::evidence::{Check, Context, Evidence};
+use super::judge::context;
+use super::report::{Finding, Verdict};
 use super::tally::RoundTally;
-use super::{context, Check, Context, Evidence, Finding, Verdict};
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 

@@ -3,26 +3,13 @@
 //! got worse (PASS > SKIP > FAIL), when it is missing, or, for the skew, when
 //! the median skew grew beyond the tolerance.
 
-use serde::{Deserialize, Serialize};
-
-use super::report::{CheckReport, Verdict, SCHEMA};
+use super::report::{BaselineVerdict, CheckReport, Verdict, SCHEMA};
 
 /// The default relative tolerance on the median skew (0.5 = 50 %).
 pub const DEFAULT_TOLERANCE: f64 = 0.5;
 /// Growth of the median skew below this many cycles never counts as a
 /// regression (noise floor for near-zero baselines).
 pub const SKEW_FLOOR_CYCLES: f64 = 1000.0;
-
-/// One check compared with the baseline.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct BaselineVerdict {
-    /// The baseline's verdict (null when the check is new).
-    pub verdict: Option<Verdict>,
-    /// Whether this check is worse than in the baseline.
-    pub regressed: bool,
-    /// Why, in words.
-    pub reason: String,
-}
 
 /// What a baseline comparison found beyond the per-check results.
 #[derive(Clone, Debug, Default, PartialEq)]

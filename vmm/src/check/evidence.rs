@@ -1,19 +1,15 @@
-//! What checks 1 and 3-6 judge, measured once on one command-mode VM: every
-//! vCPU's state at the start, the rendezvous rounds, a later guest TSC read,
-//! and the warp test. A stop request (SIGINT, SIGTERM) ends the measurement
-//! early with what it had; the checks then judge what is there.
+//! What the checks judge ([`Evidence`], measured once by [`super::measure`])
+//! and what a check is: the [`Check`] trait every check implements, with
+//! the [`Context`] it runs in.
 
-use tsc_contract::{RoundRecord, Variant};
+use std::time::{Duration, Instant};
 
-use super::report::{CheckOptions, Environment, SkewStats};
+use super::report::{CheckOptions, Environment, Finding, SkewStats};
 use super::tally::RoundTally;
-use crate::analysis::RoundAccumulator;
 use crate::error::RunError;
-use crate::host::HostInfo;
-use crate::session::{Session, WarpSeen};
-use crate::tsc::{host_rdtsc, TscState};
+use crate::session::WarpSeen;
+use crate::tsc::TscState;
 use crate::units::cycles_to_ns;
-use crate::vstate::vm;
 
 /// Every guest's TSC read once more after the last round.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,51 +60,35 @@ impl Evidence {
     }
 }
 
-/// Measures the evidence. Fails only when not even the environment could be
-/// read; an error later (a stop request, a vCPU failure) is returned beside
-/// what was measured before it.
-pub fn measure(opts: &CheckOptions) -> Result<(Evidence, Option<RunError>), RunError> {
-    let mut s = Session::start(opts.vcpus, opts.timeout)?;
-    let initial = s.readback()?;
-    let env = Environment {
-        host: HostInfo::collect(s.facts(&initial)),
-        kvm_capabilities: s.kvm().map(vm::capabilities).unwrap_or_default(),
-    };
-    let mut ev = Evidence {
-        env,
-        options: opts.clone(),
-        tally: RoundTally::default(),
-        later_read: None,
-        warp: None,
-        initial,
-    };
-    let stopped = rounds_and_warp(&mut s, &mut ev).err();
-    Ok((ev, stopped))
+/// What a check may use besides the evidence: the deadline.
+pub struct Context {
+    deadline: Instant,
 }
 
-fn rounds_and_warp(s: &mut Session, ev: &mut Evidence) -> Result<(), RunError> {
-    let opts = &ev.options;
-    let mut acc = RoundAccumulator::new(&ev.initial);
-    let mut records: Vec<RoundRecord> = Vec::with_capacity(ev.initial.len());
-    let mut after: Vec<TscState> = Vec::with_capacity(ev.initial.len());
-    let mut host_before_last = host_rdtsc();
-    for round in 0..opts.rounds {
-        host_before_last = host_rdtsc();
-        s.rendezvous(opts.variant, round, &mut records)?;
-        s.readback_into(&mut after)?;
-        let sync = (opts.variant == Variant::LinuxTscSync)
-            .then(|| s.sync_round())
-            .transpose()?;
-        let r = acc.add(round, opts.variant, &records, &after, sync);
-        ev.tally.add(&r);
+impl Context {
+    /// A context whose checks must be done by `deadline`.
+    pub fn until(deadline: Instant) -> Context {
+        Context { deadline }
     }
-    let tsc = s.guest_rdtsc_all()?;
-    ev.later_read = Some(LaterRead {
-        tsc,
-        host_elapsed: host_rdtsc().wrapping_sub(host_before_last),
-    });
-    let seen = s.warp(opts.warp_iterations)?;
-    let after = s.readback()?;
-    ev.warp = Some(WarpEvidence { seen, after });
-    Ok(())
+
+    /// Time left until the checks' deadline (at least a second, so that a
+    /// late check still gets to say why it failed).
+    pub fn time_left(&self) -> Duration {
+        self.deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_secs(1))
+    }
+}
+
+/// One named check.
+pub trait Check: Sync {
+    /// Its number, as documented (1-based, in report order).
+    fn number(&self) -> u32;
+    /// Its stable identifier, e.g. `same-start`.
+    fn id(&self) -> &'static str;
+    /// What it checks, in words.
+    fn title(&self) -> &'static str;
+    /// Judges the evidence; a check that needs a VM of its own measures it
+    /// here.
+    fn run(&self, ev: &Evidence, ctx: &Context) -> Result<Finding, RunError>;
 }

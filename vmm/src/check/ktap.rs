@@ -126,7 +126,7 @@ mod tests {
     #[test]
     fn a_regression_is_not_ok_and_an_interruption_is_said() {
         let mut r = report(vec![check(1, "same-start", Finding::skip("not measured"))]);
-        r.checks[0].baseline = Some(super::super::baseline::BaselineVerdict {
+        r.checks[0].baseline = Some(super::super::report::BaselineVerdict {
             verdict: Some(Verdict::Pass),
             regressed: true,
             reason: "was PASS, now SKIP".into(),

@@ -18,8 +18,10 @@
 mod adjust_offset;
 pub mod baseline;
 pub mod evidence;
+mod judge;
 pub mod junit;
 pub mod ktap;
+mod measure;
 mod report;
 mod same_start;
 mod save_restore;
@@ -32,44 +34,13 @@ pub mod tsc_msrs;
 mod warp;
 mod writes_honoured;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::error::RunError;
-use crate::host::KvmFlavor;
 
-pub use evidence::Evidence;
-pub use report::{
-    CheckOptions, CheckReport, CheckResult, Counts, Finding, SkewStats, Verdict, SCHEMA,
-};
+pub use evidence::{Check, Context};
+pub use report::{CheckOptions, CheckReport, CheckResult, Counts, SCHEMA};
 pub use text::render_text;
-
-/// What a check may use besides the evidence: the deadline.
-pub struct Context {
-    deadline: Instant,
-}
-
-impl Context {
-    /// Time left until the checks' deadline (at least a second, so that a
-    /// late check still gets to say why it failed).
-    pub fn time_left(&self) -> Duration {
-        self.deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_secs(1))
-    }
-}
-
-/// One named check.
-pub trait Check: Sync {
-    /// Its number, as documented (1-based, in report order).
-    fn number(&self) -> u32;
-    /// Its stable identifier, e.g. `same-start`.
-    fn id(&self) -> &'static str;
-    /// What it checks, in words.
-    fn title(&self) -> &'static str;
-    /// Judges the evidence; a check that needs a VM of its own measures it
-    /// here.
-    fn run(&self, ev: &Evidence, ctx: &Context) -> Result<Finding, RunError>;
-}
 
 /// Every check, in report order.
 pub static CHECKS: &[&dyn Check] = &[
@@ -92,10 +63,8 @@ pub struct CannotCheck(#[source] pub RunError);
 /// skipped as not measured, and the report says it is incomplete. Any other
 /// error before the report exists is returned.
 pub fn run_checks(opts: &CheckOptions) -> Result<CheckReport, CannotCheck> {
-    let ctx = Context {
-        deadline: Instant::now() + opts.timeout,
-    };
-    let (ev, stopped) = evidence::measure(opts).map_err(CannotCheck)?;
+    let ctx = Context::until(Instant::now() + opts.timeout);
+    let (ev, stopped) = measure::measure(opts).map_err(CannotCheck)?;
     let mut incomplete = match stopped {
         Some(e) if e.signal().is_some() => Some(e.to_string()),
         Some(e) => return Err(CannotCheck(e)),
@@ -109,7 +78,7 @@ pub fn run_checks(opts: &CheckOptions) -> Result<CheckReport, CannotCheck> {
             Ok(f) => f,
             Err(e) if e.signal().is_some() => {
                 incomplete.get_or_insert_with(|| e.to_string());
-                not_measured(&e)
+                judge::not_measured(&e)
             }
             Err(e) => return Err(CannotCheck(e)),
         };
@@ -133,22 +102,6 @@ pub fn run_checks(opts: &CheckOptions) -> Result<CheckReport, CannotCheck> {
     };
     report.tally();
     Ok(report)
-}
-
-/// The finding of a check whose measurement was stopped.
-fn not_measured(e: &RunError) -> Finding {
-    Finding::skip(format!("not measured: {e}"))
-}
-
-/// The hypervisor's name as context for a finding (never as its reason):
-/// ` (host: PVM)`.
-fn context(flavor: KvmFlavor) -> String {
-    format!(" (host: {})", flavor.name())
-}
-
-/// A finding for evidence that was not measured because the run stopped.
-fn missing(what: &str) -> Finding {
-    Finding::skip(format!("not measured: the run stopped before the {what}"))
 }
 
 #[cfg(test)]

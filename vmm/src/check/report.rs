@@ -8,8 +8,18 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tsc_contract::Variant;
 
-use super::baseline::BaselineVerdict;
 use crate::host::HostInfo;
+
+/// One check compared with the baseline.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct BaselineVerdict {
+    /// The baseline's verdict (null when the check is new).
+    pub verdict: Option<Verdict>,
+    /// Whether this check is worse than in the baseline.
+    pub regressed: bool,
+    /// Why, in words.
+    pub reason: String,
+}
 
 /// The schema identifier of `check --json`.
 pub const SCHEMA: &str = "tsc-rendezvous/check/v1";

@@ -2,7 +2,8 @@
 //! same TSC frequency (KVM gives every new vCPU the same offset on a stable
 //! host clocksource).
 
-use super::{Check, Context, Evidence, Finding};
+use super::evidence::{Check, Context, Evidence};
+use super::report::Finding;
 use crate::analysis::signed_delta;
 use crate::error::RunError;
 use crate::tsc::{OffsetSource, TscState};
@@ -40,15 +41,15 @@ pub fn judge(initial: &[TscState], source: OffsetSource) -> Finding {
         let same = offsets.windows(2).all(|w| w[0] == w[1]);
         match (same, same_khz) {
             (true, true) => f.set(
-                super::Verdict::Pass,
+                super::report::Verdict::Pass,
                 format!("equal offsets ({}) and frequencies", source.short()),
             ),
             (false, _) => f.set(
-                super::Verdict::Fail,
+                super::report::Verdict::Fail,
                 "the vCPUs were created with different TSC offsets",
             ),
             (true, false) => f.set(
-                super::Verdict::Fail,
+                super::report::Verdict::Fail,
                 "the vCPUs run their TSCs at different frequencies",
             ),
         }
@@ -69,17 +70,17 @@ pub fn judge(initial: &[TscState], source: OffsetSource) -> Finding {
     let adj_zero = initial.iter().all(|t| t.adjust == 0);
     if !same_khz {
         f.set(
-            super::Verdict::Fail,
+            super::report::Verdict::Fail,
             "the vCPUs run their TSCs at different frequencies",
         );
     } else if worst.0 <= worst.1 && adj_zero {
         f.set(
-            super::Verdict::Pass,
+            super::report::Verdict::Pass,
             "offsets equal within the bracketed reads' error (no exact offsets)",
         );
     } else {
         f.set(
-            super::Verdict::Fail,
+            super::report::Verdict::Fail,
             "offsets differ by more than the bracketed reads' error",
         );
     }
@@ -88,7 +89,7 @@ pub fn judge(initial: &[TscState], source: OffsetSource) -> Finding {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Verdict;
+    use super::super::report::Verdict;
     use super::*;
 
     fn state(offset: Option<u64>, tsc: u64, host: u64, khz: u32) -> TscState {

@@ -7,7 +7,10 @@
 
 use std::time::Duration;
 
-use super::{context, warp, Check, Context, Evidence, Finding, Verdict};
+use super::evidence::{Check, Context, Evidence};
+use super::judge::context;
+use super::report::{Finding, Verdict};
+use super::warp;
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 use crate::restore::{self, Method, MethodOptions, MethodReport, RestoreError, Step, Support};

@@ -1,8 +1,9 @@
 //! Check 6, `skew-threshold`: median and p99 skew over the rounds within
 //! `--max-skew-ns` / `--max-skew-cycles` (SKIP without a limit).
 
+use super::evidence::{Check, Context, Evidence};
+use super::report::{Finding, SkewStats, Verdict};
 use super::tally::RoundTally;
-use super::{Check, Context, Evidence, Finding, SkewStats, Verdict};
 use crate::error::RunError;
 
 /// Check 6.

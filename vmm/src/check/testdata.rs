@@ -1,6 +1,7 @@
 //! Rounds made by hand for the judges' unit tests.
 
-use crate::analysis::{combine, DecidedBy, RoundResult, VcpuResult};
+use crate::analysis::honoured::combine;
+use crate::analysis::{DecidedBy, RoundResult, VcpuResult};
 
 /// A vCPU's result: TSC_ADJUST moved by `adj`, the exact offset by `off`
 /// (`None`: no exact offsets, and then KVM's evidence is undecided), the

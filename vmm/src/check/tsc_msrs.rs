@@ -5,11 +5,13 @@
 
 use serde::Serialize;
 
-use super::{context, Check, Context, Evidence, Finding};
-use crate::arch::x86_64::{MSR_IA32_TSC, MSR_IA32_TSC_ADJUST};
+use super::evidence::{Check, Context, Evidence};
+use super::judge::context;
+use super::report::Finding;
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 use crate::session::Session;
+use crate::tsc::{MSR_IA32_TSC, MSR_IA32_TSC_ADJUST};
 
 /// Check 2.
 pub struct TscMsrs;
@@ -356,7 +358,7 @@ pub fn judge(seen: &[StageSeen], flavor: KvmFlavor) -> Finding {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Verdict;
+    use super::super::report::Verdict;
     use super::*;
 
     #[test]

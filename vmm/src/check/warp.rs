@@ -3,7 +3,8 @@
 //! backwards step must not exceed the measured skew plus its error, and the
 //! test must have had the resolution to see one.
 
-use super::{Check, Context, Evidence, Finding, Verdict};
+use super::evidence::{Check, Context, Evidence};
+use super::report::{Finding, Verdict};
 use crate::analysis;
 use crate::error::RunError;
 use crate::session::WarpSeen;
@@ -24,7 +25,7 @@ impl Check for Warp {
     }
     fn run(&self, ev: &Evidence, _: &Context) -> Result<Finding, RunError> {
         let Some(w) = &ev.warp else {
-            return Ok(super::missing("warp test"));
+            return Ok(super::judge::missing("warp test"));
         };
         Ok(judge(
             ev.options.vcpus,

@@ -2,8 +2,10 @@
 //! written value plus elapsed time (KVM's evidence, the guest's own, and a
 //! later guest read).
 
+use super::evidence::{Check, Context, Evidence};
+use super::judge::context;
+use super::report::{Finding, Verdict};
 use super::tally::RoundTally;
-use super::{context, Check, Context, Evidence, Finding, Verdict};
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 
@@ -22,7 +24,7 @@ impl Check for WritesHonoured {
     }
     fn run(&self, ev: &Evidence, _: &Context) -> Result<Finding, RunError> {
         let Some(later) = &ev.later_read else {
-            return Ok(super::missing("later guest TSC read"));
+            return Ok(super::judge::missing("later guest TSC read"));
         };
         Ok(judge(
             &ev.tally,

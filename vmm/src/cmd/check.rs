@@ -17,7 +17,7 @@ use super::common::{cannot_run, install_stop_handlers, Exit};
 use crate::check::baseline::DEFAULT_TOLERANCE;
 use crate::check::{self, baseline, junit, ktap, CheckOptions};
 use crate::options::default_timeout;
-use crate::report;
+use crate::output;
 use crate::stop;
 
 /// Options of `check`.
@@ -153,12 +153,12 @@ fn check(args: &CheckArgs) -> Result<Exit, Exit> {
             ))
         })?;
     }
-    match report::print(&report, args.json, check::render_text) {
+    match output::print(&report, args.json, check::render_text) {
         Ok(()) => {}
-        Err(e @ report::PrintError::Json(_)) => {
+        Err(e @ output::PrintError::Json(_)) => {
             return Err(cannot_run(format_args!("the check result: {e}")))
         }
-        Err(report::PrintError::Write(_)) => return Ok(Exit::Failed),
+        Err(output::PrintError::Write(_)) => return Ok(Exit::Failed),
     }
     if let Some(why) = &report.incomplete {
         eprintln!("error: {why}");

@@ -24,7 +24,7 @@ use crate::compare::{
     Tallies,
 };
 use crate::options::{default_round_timeout, default_timeout, Backend, Injection, MAX_ROUNDS};
-use crate::report::progress::{self, ProgressLine};
+use crate::output::progress::{self, ProgressLine};
 use crate::report::summary::{self, Every};
 
 /// Options of `compare`.
@@ -306,7 +306,7 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
                     }
                 }
                 if let Some(l) = lines.as_mut() {
-                    l.line(crate::report::round_line(args.vcpus, &r.result))?;
+                    l.line(crate::output::lines::round_line(args.vcpus, &r.result))?;
                 }
             }
             if progress.due() {
@@ -363,8 +363,8 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
             exit = Exit::Failed;
         }
     }
-    if let Err(e) = crate::report::print(&report, args.json, render_text) {
-        if let crate::report::PrintError::Json(_) = e {
+    if let Err(e) = crate::output::print(&report, args.json, render_text) {
+        if let crate::output::PrintError::Json(_) = e {
             eprintln!("error: the report: {e}");
         }
         exit = Exit::Failed;

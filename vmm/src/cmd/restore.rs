@@ -14,8 +14,8 @@ use tsc_contract::Variant;
 
 use super::args::{parse_one_variant, parse_timeout, parse_vcpus};
 use super::common::{cannot_run, install_stop_handlers, Exit};
-use crate::report;
-use crate::restore::{self, measure, text, Method, MethodOptions, MAX_DELAY_MS};
+use crate::output;
+use crate::restore::{self, text, Method, MethodOptions, MAX_DELAY_MS};
 
 /// `--methods`: one or more distinct methods.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,7 +128,7 @@ pub fn main(args: &RestoreArgs) -> Exit {
         return exit;
     }
     let opts = args.options(fail_at);
-    let outcome = measure::run(&opts, &args.methods.0, |m| {
+    let outcome = restore::run::run(&opts, &args.methods.0, |m| {
         log::info!(
             "restore: {} {}",
             m.method,
@@ -137,7 +137,7 @@ pub fn main(args: &RestoreArgs) -> Exit {
     });
     let mut exit = Exit::Done;
     if let Some(r) = &outcome.report {
-        if let Err(e) = report::print(r, args.json, text::render_text) {
+        if let Err(e) = output::print(r, args.json, text::render_text) {
             eprintln!("error: cannot print the report: {e}");
             exit = Exit::Failed;
         }

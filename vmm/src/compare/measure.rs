@@ -176,7 +176,7 @@ pub fn measure(
     let data = host.map(|host| {
         let mut all = Vec::new();
         if spin_breaker {
-            all.push(crate::report::SPIN_BREAKER_NOTE.to_string());
+            all.push(crate::output::lines::SPIN_BREAKER_NOTE.to_string());
         }
         all.extend(notes.render());
         Measured {

@@ -75,7 +75,7 @@ pub fn render_text(r: &CompareReport) -> String {
         r.rounds_per_second
     );
     if let Some(c) = r.host.initial_skew_cycles {
-        let line = crate::report::initial_skew_line(r.vcpus, c);
+        let line = crate::output::lines::initial_skew_line(r.vcpus, c);
         let _ = writeln!(o, "{line}.");
     }
     let linux = tsc_contract::Variant::LinuxTscSync.name();
@@ -120,7 +120,7 @@ pub fn render_text(r: &CompareReport) -> String {
         let _ = writeln!(
             o,
             "  {} The comparisons below use the histograms too.",
-            crate::report::precision_line(d)
+            crate::output::lines::precision_line(d)
         );
     }
     let _ = writeln!(

@@ -5,8 +5,10 @@
 
 use hdrhistogram::Histogram;
 
-use super::RunSummary;
+use super::model::{RunSummary, VariantReport};
 use crate::analysis::{Decision, RoundResult};
+use crate::output::lines::SPIN_BREAKER_NOTE;
+use crate::run::RunFacts;
 use crate::stats::distribution::{Distribution, SIGNIFICANT_DIGITS};
 use crate::stats::Summary;
 use crate::units::cycles_to_ns;
@@ -229,10 +231,26 @@ fn in_ns(s: &Summary, khz: u32) -> Summary {
     }
 }
 
+/// Builds the report of one variant's run from what it said about itself and
+/// what its rounds added up to.
+pub fn variant_report(variant: &str, facts: RunFacts, acc: &VariantAccumulator) -> VariantReport {
+    let mut notes = facts.notes;
+    if facts.spin_breaker {
+        notes.push(SPIN_BREAKER_NOTE.into());
+    }
+    VariantReport {
+        variant: variant.to_string(),
+        writes_honoured: acc.writes_honoured(),
+        summary: acc.summary(facts.host.tsc_khz),
+        notes,
+        typical: acc.typical().cloned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::summarize_run;
+    use crate::report::model::summarize_run;
 
     fn round(i: u32, skew: u64, exit: Option<i64>, honoured: Option<bool>) -> RoundResult {
         RoundResult {

@@ -8,7 +8,8 @@ use crate::stats::Summary;
 use crate::units::{cycles_to_ns, fmt_num, hms};
 use crate::vstate::sync_area::SyncRound;
 
-use super::{Report, VariantReport};
+use super::model::{Report, VariantReport};
+use crate::output::lines::{initial_skew_line, precision_line};
 
 fn flavor_line(h: &HostInfo) -> String {
     match h.kvm_flavor {
@@ -217,15 +218,6 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
     }
 }
 
-/// What a summary past the exact limit is made of, in words.
-pub fn precision_line(digits: u8) -> String {
-    format!(
-        "Past {} values per metric the statistics come from a histogram: percentiles to {digits} \
-         significant digits; counts, minima and maxima exact.",
-        fmt_num(crate::stats::distribution::EXACT_LIMIT as f64)
-    )
-}
-
 /// The name of Linux's sync, the variant the windows are for.
 const LINUX: &str = tsc_contract::Variant::LinuxTscSync.name();
 
@@ -267,18 +259,6 @@ fn host_threads_section(out: &mut String, h: &HostInfo, t: &HostThreads) {
              is itself a virtual machine whose CPUs that hypervisor schedules"
         );
     }
-}
-
-/// What `--initial-skew` set up, in words (run and compare reports).
-pub fn initial_skew_line(vcpus: u32, cycles: u64) -> String {
-    let targets = crate::initial_skew::targets(vcpus, cycles);
-    let list: Vec<String> = targets.iter().map(u64::to_string).collect();
-    format!(
-        "Initial skew: --initial-skew {cycles}: vCPUs 0..{} started {} cycles ahead of vCPU 0 \
-         (set before the first round, verified by the readback)",
-        vcpus.saturating_sub(1),
-        list.join(", ")
-    )
 }
 
 /// Renders the report for a terminal.

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use tsc_contract::RoundRecord;
 
+use super::error::RestoreError;
 use super::methods::{self, Support, Trace};
-use super::report::{MethodReport, RestoreReport};
-use super::snapshot::{Snapshot, SnapshotInfo};
-use super::{Method, MethodOptions, RestoreError, Step};
+use super::options::{Method, MethodOptions, Step};
+use super::snapshot::{byte, get_clock, Snapshot, SnapshotInfo};
 use crate::error::RunError;
 use crate::host::HostInfo;
 use crate::session::{Session, WarpSeen};
@@ -24,6 +24,8 @@ use crate::stop::Signal;
 use crate::tsc::{debugfs, host_rdtsc, OffsetReader, OffsetSource, TscState};
 use crate::vstate::vcpu::state::restore_vcpu;
 use crate::vstate::vm::{self, Vm, VmSpec};
+use crate::vstate::PioState;
+use vm_memory::{Bytes, GuestAddress};
 
 /// Every guest's TSC read once (Op::Rdtsc), between two host TSC reads.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -136,6 +138,43 @@ fn offsets_now(vm: &Vm) -> Vec<Option<u64>> {
         .collect()
 }
 
+/// Saves every (parked) vCPU of `s` and the VM: each vCPU's pending port
+/// I/O is completed first, and must have been (else the restored guest
+/// would report its last command again).
+fn take_snapshot(s: &mut Session) -> Result<Snapshot, RestoreError> {
+    let saved = s.save_vcpus()?;
+    let mut vcpus = Vec::with_capacity(saved.len());
+    for (i, r) in saved.into_iter().enumerate() {
+        let vcpu = i as u32;
+        vcpus.push(*r.map_err(|error| RestoreError::Save { vcpu, error })?);
+    }
+    let mem_len = usize::try_from(tsc_contract::layout::MEM_SIZE)
+        .map_err(|e| RestoreError::Memory(e.to_string()))?;
+    let mut mem = vec![0u8; mem_len];
+    s.mem()
+        .read_slice(&mut mem, GuestAddress(0))
+        .map_err(|e| RestoreError::Memory(e.to_string()))?;
+    for (i, v) in vcpus.iter().enumerate() {
+        if v.pio.state(|a| byte(&mem, a)) == PioState::NotCompleted {
+            return Err(RestoreError::PioNotCompleted {
+                vcpu: i as u32,
+                rip_at_exit: v.pio.rip_at_exit,
+                rip_after: v.pio.rip_after,
+            });
+        }
+    }
+    let clock = match s.vm_fd() {
+        Some(fd) => get_clock(fd),
+        None => Err("the VM is gone".into()),
+    };
+    Ok(Snapshot {
+        vcpus,
+        mem,
+        clock,
+        next_command: s.next_command(),
+    })
+}
+
 /// Measures `method` once: source VM, rendezvous, last reads, snapshot,
 /// destroy, delay, destination VM, restore, first reads, warp test.
 /// Returns what was measured and, if it ended early, why.
@@ -168,7 +207,7 @@ fn steps(opts: &MethodOptions, run: &mut MethodRun, step: &mut Step) -> Result<(
     run.last = Some(timed_reads(&mut src)?);
 
     *step = Step::Snapshot;
-    let snap = Snapshot::take(&mut src)?;
+    let snap = take_snapshot(&mut src)?;
     run.snapshot = Some(snap.info());
     inject(Step::Snapshot)?;
 
@@ -188,7 +227,8 @@ fn steps(opts: &MethodOptions, run: &mut MethodRun, step: &mut Step) -> Result<(
 
     *step = Step::Memory;
     inject(Step::Memory)?;
-    snap.restore_memory(&machine.mem)?;
+    snap.restore_memory(&machine.mem)
+        .map_err(|e| RestoreError::Memory(e.0))?;
 
     *step = Step::Registers;
     inject(Step::Registers)?;
@@ -244,75 +284,4 @@ pub fn probe(timeout: Duration) -> Result<Probe, RestoreError> {
         host,
         capabilities,
     })
-}
-
-/// How a whole `restore` run ended.
-pub struct Outcome {
-    /// The report (absent when not even the probe VM could run).
-    pub report: Option<RestoreReport>,
-    /// The error that ended it early, with the method it happened in
-    /// (`None`: before any method).
-    pub error: Option<(Option<Method>, RestoreError)>,
-    /// Whether any method was measured (in part or in full).
-    pub measured: bool,
-}
-
-/// Runs every method of `methods` the kernel supports (the others are
-/// reported as not run, with why), one after another, stopping at the first
-/// failure or stop request; `on_method` sees each method's report as it
-/// completes.
-pub fn run(
-    opts: &MethodOptions,
-    methods: &[Method],
-    mut on_method: impl FnMut(&MethodReport),
-) -> Outcome {
-    let probe = match probe(opts.timeout) {
-        Ok(p) => p,
-        Err(e) => {
-            return Outcome {
-                report: None,
-                error: Some((None, e)),
-                measured: false,
-            }
-        }
-    };
-    let mut report = RestoreReport::new(&probe, opts, methods);
-    let mut error = None;
-    let mut measured = false;
-    for &m in methods {
-        if let Some(signal) = stop::requested() {
-            let e = RestoreError::Interrupted(Signal(signal));
-            report.incomplete = Some(format!("{e}; {} and later not measured", m.name()));
-            error = Some((Some(m), e));
-            break;
-        }
-        if let Some(why) = probe.support.why_not(m) {
-            let r = MethodReport::not_run(m, why);
-            on_method(&r);
-            report.methods.push(r);
-            continue;
-        }
-        let (run, e) = measure_method(opts, m);
-        measured = true;
-        let r = MethodReport::from_run(&run, opts);
-        on_method(&r);
-        report.methods.push(r);
-        if let Some(e) = e {
-            let (step, what) = run
-                .failed
-                .as_ref()
-                .map_or(("?", "?"), |f| (f.step.name(), f.step.describe()));
-            report.incomplete = Some(match e.signal() {
-                Some(_) => format!("{e} (in {}'s step '{step}', {what})", m.name()),
-                None => format!("{} failed in step '{step}' ({what}): {e}", m.name()),
-            });
-            error = Some((Some(m), e));
-            break;
-        }
-    }
-    Outcome {
-        report: Some(report),
-        error,
-        measured,
-    }
 }

@@ -6,11 +6,11 @@ use kvm_bindings::{kvm_clock_data, KVM_CLOCK_REALTIME};
 use kvm_ioctls::VcpuFd;
 use serde::Serialize;
 
+use super::error::RestoreError;
 use super::offsets::{self, ClockSample, NEEDED_CLOCK_FLAGS};
+use super::options::Method;
 use super::snapshot::{get_clock, Snapshot};
-use super::{Method, RestoreError};
-use crate::arch::x86_64::{MSR_IA32_TSC, MSR_IA32_TSC_ADJUST};
-use crate::tsc::{self, host_rdtsc};
+use crate::tsc::{self, host_rdtsc, MSR_IA32_TSC, MSR_IA32_TSC_ADJUST};
 use crate::vstate::vm::{Vm, HIDE_CAP_ENV};
 
 /// What the kernel offers the methods.

@@ -18,10 +18,9 @@ use serde::Serialize;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::offsets::ClockSample;
-use super::RestoreError;
-use crate::session::Session;
 use crate::tsc::{host_rdtsc, TscState};
 use crate::vstate::vcpu::state::{PioCompletion, PioState, VcpuState};
+use crate::vstate::MemError;
 
 /// A whole VM's snapshot.
 pub struct Snapshot {
@@ -62,43 +61,6 @@ pub struct SnapshotInfo {
 }
 
 impl Snapshot {
-    /// Saves every (parked) vCPU of `s` and the VM: each vCPU's pending port
-    /// I/O is completed first, and must have been (else the restored guest
-    /// would report its last command again).
-    pub fn take(s: &mut Session) -> Result<Snapshot, RestoreError> {
-        let saved = s.save_vcpus()?;
-        let mut vcpus = Vec::with_capacity(saved.len());
-        for (i, r) in saved.into_iter().enumerate() {
-            let vcpu = i as u32;
-            vcpus.push(*r.map_err(|error| RestoreError::Save { vcpu, error })?);
-        }
-        let mem_len = usize::try_from(tsc_contract::layout::MEM_SIZE)
-            .map_err(|e| RestoreError::Memory(e.to_string()))?;
-        let mut mem = vec![0u8; mem_len];
-        s.mem()
-            .read_slice(&mut mem, GuestAddress(0))
-            .map_err(|e| RestoreError::Memory(e.to_string()))?;
-        for (i, v) in vcpus.iter().enumerate() {
-            if v.pio.state(|a| byte(&mem, a)) == PioState::NotCompleted {
-                return Err(RestoreError::PioNotCompleted {
-                    vcpu: i as u32,
-                    rip_at_exit: v.pio.rip_at_exit,
-                    rip_after: v.pio.rip_after,
-                });
-            }
-        }
-        let clock = match s.vm_fd() {
-            Some(fd) => get_clock(fd),
-            None => Err("the VM is gone".into()),
-        };
-        Ok(Snapshot {
-            vcpus,
-            mem,
-            clock,
-            next_command: s.next_command(),
-        })
-    }
-
     /// What a report keeps of it.
     pub fn info(&self) -> SnapshotInfo {
         SnapshotInfo {
@@ -119,13 +81,14 @@ impl Snapshot {
     }
 
     /// Writes the saved memory into `mem`.
-    pub fn restore_memory(&self, mem: &GuestMemoryMmap) -> Result<(), RestoreError> {
+    pub fn restore_memory(&self, mem: &GuestMemoryMmap) -> Result<(), MemError> {
         mem.write_slice(&self.mem, GuestAddress(0))
-            .map_err(|e| RestoreError::Memory(e.to_string()))
+            .map_err(|e| MemError(e.to_string()))
     }
 }
 
-fn byte(mem: &[u8], addr: u64) -> Option<u8> {
+/// The byte at guest address `addr` of a memory image.
+pub fn byte(mem: &[u8], addr: u64) -> Option<u8> {
     usize::try_from(addr).ok().and_then(|a| mem.get(a)).copied()
 }
 

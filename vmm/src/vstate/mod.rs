@@ -6,6 +6,8 @@
 //! starts, drives and stops them ([`pool`], with its own [`PoolError`]) and
 //! the spin breaker for overcommitted hosts ([`spin`]).
 
+pub mod error;
+pub mod kick;
 pub mod memory;
 pub mod pool;
 pub mod spin;
@@ -13,7 +15,7 @@ pub mod sync_area;
 pub mod vcpu;
 pub mod vm;
 
+pub use error::{PoolError, VmError};
 pub use memory::MemError;
-pub use pool::{PoolError, VcpuPool};
+pub use pool::VcpuPool;
 pub use vcpu::state::{PioCompletion, PioState, Saved, StateError};
-pub use vm::VmError;

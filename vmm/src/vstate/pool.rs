@@ -16,16 +16,17 @@ use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use tsc_contract::Progress;
 use vm_memory::GuestMemoryMmap;
 
+use super::error::PoolError;
+use super::kick::{self, Kicker};
 use super::memory;
 use super::spin::{self, SpinBreaker};
-use super::vcpu::error::VcpuError;
 use super::vcpu::state::Saved;
-use super::vcpu::{self, Command, Event, Kicker, VcpuThread};
+use super::vcpu::{self, Command, Event, VcpuThread};
 use super::vm::Vm;
 use crate::host::VmFacts;
 use crate::options::Windows;
 use crate::stop::{self, Signal};
-use crate::tsc::{self, debugfs, OffsetReader, OffsetSource, TscError, TscState};
+use crate::tsc::{self, debugfs, OffsetReader, OffsetSource, TscState};
 use crate::watchdog::Stall;
 
 /// How often a wait looks for a stop request.
@@ -33,79 +34,6 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// How long stopped vCPU threads get to end before they are abandoned.
 pub const JOIN_GRACE: Duration = Duration::from_secs(5);
-
-/// Why the vCPU threads did not do what they were asked.
-#[derive(Debug, thiserror::Error, displaydoc::Display)]
-pub enum PoolError {
-    /// cannot start a vCPU thread: {0}
-    Spawn(#[source] std::io::Error),
-    /// cannot install the vCPU kick signal handler: {0}
-    KickHandler(#[source] vmm_sys_util::errno::Error),
-    /// vCPU {vcpu} in round {round}: {error}
-    Vcpu {
-        /// The vCPU.
-        vcpu: u32,
-        /// In which round (in command mode: which command).
-        round: u32,
-        /// What happened.
-        #[source]
-        error: VcpuError,
-    },
-    /// reading vCPU {vcpu}'s TSC state failed: {error}
-    Readback {
-        /// The vCPU.
-        vcpu: u32,
-        /// The error.
-        #[source]
-        error: TscError,
-    },
-    /// vCPU {vcpu} reported the end of round {found} while round {expected} was running
-    WrongRound {
-        /// The vCPU.
-        vcpu: u32,
-        /// The round running.
-        expected: u32,
-        /// What the guest reported.
-        found: u32,
-    },
-    /// vCPU {vcpu} reported command {found} done while command {expected} was running
-    WrongCommand {
-        /// The vCPU.
-        vcpu: u32,
-        /// The command running.
-        expected: u32,
-        /// What the guest reported.
-        found: u32,
-    },
-    /// vCPU {vcpu} reported it had finished every round while round {round} was running
-    FinishedEarly {
-        /// The vCPU.
-        vcpu: u32,
-        /// The round running.
-        round: u32,
-    },
-    /// {0}
-    Timeout(Stall),
-    /// interrupted by {signal} in round {round}; the vCPUs were stopped
-    Interrupted {
-        /// The signal.
-        signal: Signal,
-        /// The round running.
-        round: u32,
-    },
-    /// vCPU {0}'s thread ended unexpectedly
-    Lost(u32),
-}
-
-impl PoolError {
-    /// The signal that stopped the pool, if one did.
-    pub fn signal(&self) -> Option<i32> {
-        match self {
-            PoolError::Interrupted { signal, .. } => Some(signal.0),
-            _ => None,
-        }
-    }
-}
 
 /// Why waiting for a vCPU event ended without one.
 enum Wait {
@@ -138,7 +66,7 @@ impl VcpuPool {
     /// Starts one thread per vCPU of `vm`; everything must be done within
     /// `timeout` from now. `rounds` is what the guest was configured for.
     pub fn start(mut vm: Vm, timeout: Duration, rounds: u32) -> Result<VcpuPool, PoolError> {
-        vcpu::install_kick_handler().map_err(PoolError::KickHandler)?;
+        kick::install_kick_handler().map_err(PoolError::KickHandler)?;
         let with_offset = vm.vcpus.first().is_some_and(tsc::has_offset_attr);
         let vm_dir = debugfs::mounted()
             .map(|root| debugfs::vm_dir(&root, vm.creator_tid, vm.fd.as_raw_fd()));

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::vcpu::kick_signal;
+use super::kick::kick_signal;
 
 /// Signals vCPU threads periodically until stopped.
 pub struct SpinBreaker {
@@ -37,7 +37,7 @@ impl SpinBreaker {
     /// Starts signalling `targets` every `period`.
     ///
     /// The kick signal's handler must be installed
-    /// ([`super::vcpu::install_kick_handler`]): its default action ends the
+    /// ([`super::kick::install_kick_handler`]): its default action ends the
     /// process. The caller must stop the breaker (or drop it) before it joins any of
     /// the target threads: a `pthread_t` stays valid until its thread is
     /// joined, not after.

@@ -8,60 +8,11 @@ use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
 use tsc_contract::{layout, Config, Variant, CONFIG_COMMAND_MODE, CONFIG_MAGIC, CONTRACT_VERSION};
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
+use super::error::VmError;
 use super::memory::{self, MemError};
 use crate::arch::x86_64::{cpuid, gdt, paging, regs};
-use crate::guest_image::{self, ImageError};
+use crate::guest_image;
 use crate::options::{Injection, Windows, FIRST_WINDOW_MS, WINDOW_MS};
-
-/// Why the VM could not be set up.
-#[derive(Debug, thiserror::Error, displaydoc::Display)]
-pub enum VmError {
-    /// cannot open {path} ({source}): {hint}
-    OpenKvm {
-        /// The device path.
-        path: String,
-        /// Why it could not be opened.
-        source: kvm_ioctls::Error,
-        /// What to do about it.
-        hint: &'static str,
-    },
-    /// {path} is not a usable KVM device (KVM_GET_API_VERSION returned {api}, expected 12); check that it is the kvm character device (10:232)
-    NotKvm {
-        /// The device path.
-        path: String,
-        /// What KVM_GET_API_VERSION said (-1: the ioctl failed).
-        api: i32,
-    },
-    /// this KVM lacks {0}, which tsc-rendezvous needs; use a newer kernel
-    MissingCapability(&'static str),
-    /// --vcpus {requested} is more than {by} allows ({limit}); use at most {limit}
-    TooManyVcpus {
-        /// Asked for.
-        requested: u32,
-        /// The limit.
-        limit: u32,
-        /// Whose limit it is.
-        by: &'static str,
-    },
-    /// {0} failed: {1}
-    Kvm(&'static str, #[source] kvm_ioctls::Error),
-    /// {0}
-    Memory(#[from] MemError),
-    /// guest image: {0}
-    Image(#[from] ImageError),
-}
-
-impl VmError {
-    /// The error for a device that cannot be opened, with what to do about it.
-    pub fn open_kvm(path: String, source: kvm_ioctls::Error) -> VmError {
-        let hint = match source.errno() {
-            libc::ENOENT => "/dev/kvm does not exist: load the kvm module (kvm_intel or kvm_amd), or enable nested virtualisation for this VM",
-            libc::EACCES | libc::EPERM => "no permission: add yourself to the kvm group (`sudo usermod -aG kvm $USER`, then log in again) or install a udev rule giving /dev/kvm mode 0666",
-            _ => "check that /dev/kvm exists and is readable and writable",
-        };
-        VmError::OpenKvm { path, source, hint }
-    }
-}
 
 /// A VM with its memory set up and its vCPUs created, not yet running.
 ///

@@ -29,7 +29,7 @@ use crate::options::{
     default_round_timeout, default_timeout, Backend, Injection, RunOptions, MAX_ROUNDS,
 };
 use crate::options::{FIRST_WINDOW_MS, WINDOW_MS};
-use crate::report::progress::{self, ProgressLine};
+use crate::output::progress::{self, ProgressLine};
 use crate::report::stream::{JsonStream, RunTail};
 use crate::report::summary::{self, Every, RunEntry, RunRecord};
 use crate::report::{self, Report, VariantAccumulator, VariantReport};
@@ -243,7 +243,7 @@ impl Stream {
         if self.out.is_none() {
             return Ok(());
         }
-        let line = report::round_line(self.vcpus, round);
+        let line = crate::output::lines::round_line(self.vcpus, round);
         self.line(line)
     }
 }

@@ -14,13 +14,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use kvm_bindings::kvm_run;
 use kvm_ioctls::{VcpuExit, VcpuFd};
 use tsc_contract::ports;
-use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
 pub mod error;
 pub mod state;
@@ -28,6 +27,8 @@ pub mod state;
 use crate::tsc::{self, TscError, TscState};
 use error::{GuestPanic, Regs, RegsSnapshot, Suberror, VcpuError, Vector};
 use state::Saved;
+
+use super::kick::Kicker;
 
 /// What the coordinator tells a vCPU thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,53 +107,6 @@ pub enum Event {
     },
 }
 
-/// Stops one vCPU thread from another thread.
-pub struct Kicker {
-    stop: Arc<AtomicBool>,
-    run: *mut kvm_run,
-}
-
-// SAFETY: the `kvm_run` pointer refers to the vCPU's shared mmap, which lives
-// as long as the VcpuFd. The vCPU thread hands its VcpuFd back when it ends
-// (it is the thread's return value), so the mapping outlives the thread and
-// stays valid until the runner has joined it; the runner drops Kickers only
-// after that. Only the one-byte `immediate_exit` field is written through it,
-// which KVM reads at KVM_RUN entry.
-unsafe impl Send for Kicker {}
-// SAFETY: as above; concurrent volatile byte stores of the same value are
-// benign.
-unsafe impl Sync for Kicker {}
-
-/// The real-time signal used to kick vCPU threads out of KVM_RUN.
-pub fn kick_signal() -> i32 {
-    SIGRTMIN() + 1
-}
-
-extern "C" fn on_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
-
-/// Installs the (empty) kick handler once per process: the signal's only job
-/// is to interrupt KVM_RUN.
-pub fn install_kick_handler() -> Result<(), vmm_sys_util::errno::Error> {
-    static ONCE: Once = Once::new();
-    let mut result = Ok(());
-    ONCE.call_once(|| {
-        result = register_signal_handler(kick_signal(), on_kick);
-    });
-    result
-}
-
-impl Kicker {
-    /// Asks the vCPU thread to stop and kicks it out of KVM_RUN.
-    pub fn kick<T>(&self, thread: &JoinHandle<T>) {
-        self.stop.store(true, Ordering::SeqCst);
-        // SAFETY: see the Send impl: the mmap is alive while the thread is
-        // (the caller holds its JoinHandle, not yet joined).
-        unsafe { std::ptr::addr_of_mut!((*self.run).immediate_exit).write_volatile(1) };
-        // A failure means the thread has already exited: nothing to kick.
-        let _ = thread.kill(kick_signal());
-    }
-}
-
 /// A vCPU thread's state.
 pub struct VcpuThread {
     index: u32,
@@ -188,10 +142,7 @@ impl VcpuThread {
         offsets: tsc::OffsetReader,
     ) -> (VcpuThread, Kicker) {
         let stop = Arc::new(AtomicBool::new(false));
-        let kicker = Kicker {
-            stop: stop.clone(),
-            run: fd.get_kvm_run() as *mut kvm_run,
-        };
+        let kicker = Kicker::new(stop.clone(), fd.get_kvm_run() as *mut kvm_run);
         (
             VcpuThread {
                 index,
@@ -253,8 +204,14 @@ impl VcpuThread {
                 Command::Save => (
                     Event::Saved {
                         vcpu: self.index,
-                        state: state::save_vcpu(&mut self.fd, &self.offsets, self.msrs.as_mut())
-                            .map(Box::new),
+                        state: {
+                            let (offsets, msrs) = (&self.offsets, self.msrs.as_mut());
+                            state::save_vcpu(&mut self.fd, |fd| match msrs {
+                                Some(m) => tsc::read_with(fd, offsets, m),
+                                None => tsc::read(fd, offsets),
+                            })
+                            .map(Box::new)
+                        },
                     },
                     false,
                 ),

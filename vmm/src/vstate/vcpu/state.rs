@@ -22,7 +22,7 @@ use kvm_bindings::{kvm_debugregs, kvm_fpu, kvm_regs, kvm_sregs, kvm_vcpu_events}
 use kvm_ioctls::VcpuFd;
 use serde::Serialize;
 
-use crate::tsc::{self, MsrReader, OffsetReader, TscError, TscState};
+use crate::tsc::{TscError, TscState};
 
 /// The opcode of `out dx, eax`, the guest's report to COMMAND_DONE.
 pub const OUT_DX_EAX: u8 = 0xef;
@@ -113,11 +113,11 @@ impl fmt::Debug for VcpuState {
 }
 
 /// Completes the vCPU's pending I/O (KVM_RUN with `immediate_exit`), then
-/// saves its state. Called on the vCPU's own thread while it is parked.
+/// saves its state, its TSC state as `read_tsc` reads it back. Called on the
+/// vCPU's own thread while it is parked.
 pub fn save_vcpu(
     fd: &mut VcpuFd,
-    offsets: &OffsetReader,
-    msrs: Option<&mut MsrReader>,
+    read_tsc: impl FnOnce(&VcpuFd) -> Result<TscState, TscError>,
 ) -> Result<VcpuState, StateError> {
     let kvm = |what: &'static str| move |e: kvm_ioctls::Error| StateError::Kvm(what, e);
     let rip_at_exit = fd.get_regs().map_err(kvm("KVM_GET_REGS"))?.rip;
@@ -130,10 +130,7 @@ pub fn save_vcpu(
     fd.set_kvm_immediate_exit(0);
     ran?;
     let regs = fd.get_regs().map_err(kvm("KVM_GET_REGS"))?;
-    let tsc = match msrs {
-        Some(m) => tsc::read_with(fd, offsets, m)?,
-        None => tsc::read(fd, offsets)?,
-    };
+    let tsc = read_tsc(fd)?;
     Ok(VcpuState {
         regs,
         sregs: fd.get_sregs().map_err(kvm("KVM_GET_SREGS"))?,

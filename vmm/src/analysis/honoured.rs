@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::signed_delta;
+use super::arith::signed_delta;
 
 /// Which evidence decided whether a write took effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -2,6 +2,8 @@
 //! write an MSR, read the TSC, one rendezvous, the warp test), so checks can
 //! interleave guest and host actions step by step. See [`tsc_contract::Op`].
 
+mod seen;
+
 use std::time::Duration;
 
 use tsc_contract::{CommandSlot, Op, RoundRecord, Variant};
@@ -14,19 +16,7 @@ use crate::vstate::vcpu::Command;
 use crate::vstate::vm::{self, Vm, VmSpec};
 use crate::vstate::{memory, Saved, VcpuPool};
 
-/// What one vCPU saw in the warp test.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct WarpSeen {
-    /// The largest backwards step, cycles (0: none).
-    pub max_warp: u64,
-    /// How many backwards steps.
-    pub warps: u64,
-    /// How many times it took the lock right after another vCPU.
-    pub handoffs: u64,
-    /// The shortest forward step across such a hand-off, cycles (`None`:
-    /// none).
-    pub shortest_handoff: Option<u64>,
-}
+pub use seen::WarpSeen;
 
 /// A running command-mode VM. Dropping it stops every vCPU.
 pub struct Session {

@@ -1,0 +1,22 @@
+//! The findings every check may give: evidence not measured, a measurement
+//! stopped, and the hypervisor named as context (never as a reason).
+
+use super::report::Finding;
+use crate::error::RunError;
+use crate::host::KvmFlavor;
+
+/// The hypervisor's name as context for a finding (never as its reason):
+/// ` (host: PVM)`.
+pub fn context(flavor: KvmFlavor) -> String {
+    format!(" (host: {})", flavor.name())
+}
+
+/// A finding for evidence that was not measured because the run stopped.
+pub fn missing(what: &str) -> Finding {
+    Finding::skip(format!("not measured: the run stopped before the {what}"))
+}
+
+/// The finding of a check whose measurement was stopped.
+pub fn not_measured(e: &RunError) -> Finding {
+    Finding::skip(format!("not measured: {e}"))
+}

@@ -1,0 +1,284 @@
+//! From one method's measurement ([`MethodRun`]) to its report
+//! ([`MethodReport`]): per vCPU what was saved, written and found after the
+//! restore, the clock, the warp test, and what it all means in words
+//! ([`super::words`]).
+
+use super::measure::{MethodRun, Probe, Reads};
+use super::methods::Trace;
+use super::offsets;
+use super::options::{Method, MethodOptions};
+use super::report::{
+    ClockReport, HostInterval, MethodReport, OffsetFate, OptionsReport, RestoreReport, VcpuReport,
+    WarpReport, SCHEMA,
+};
+use super::words;
+use crate::analysis::{signed_delta, spread};
+use crate::tsc::TscState;
+
+impl RestoreReport {
+    /// An empty report for `methods`, measured with `opts`, on the host the
+    /// probe saw.
+    pub fn new(probe: &Probe, opts: &MethodOptions, methods: &[Method]) -> RestoreReport {
+        RestoreReport {
+            schema: SCHEMA,
+            tool_version: env!("CARGO_PKG_VERSION"),
+            host: probe.host.clone(),
+            kvm_capabilities: probe.capabilities.clone(),
+            support: probe.support,
+            clock_flags: offsets::flag_names(
+                u32::try_from(probe.support.adjust_clock).unwrap_or(0),
+            ),
+            options: OptionsReport {
+                vcpus: opts.vcpus,
+                variant: opts.variant.name(),
+                delay_ms: u64::try_from(opts.delay.as_millis()).unwrap_or(u64::MAX),
+                methods: methods.iter().map(|m| m.name()).collect(),
+                warp_iterations: opts.warp_iterations,
+                timeout_secs: opts.timeout.as_secs_f64(),
+            },
+            methods: Vec::new(),
+            incomplete: None,
+        }
+    }
+}
+
+fn adjust(v: u64) -> i64 {
+    v as i64
+}
+
+fn rel(values: &[Option<u64>]) -> Vec<Option<i64>> {
+    let base = values.first().copied().flatten();
+    values
+        .iter()
+        .map(|v| Some(signed_delta((*v)?, base?)))
+        .collect()
+}
+
+fn offsets_of(states: Option<&Vec<TscState>>, n: usize) -> Vec<Option<u64>> {
+    (0..n)
+        .map(|i| states.and_then(|s| s.get(i)).and_then(|s| s.offset))
+        .collect()
+}
+
+fn spread_of(values: &[Option<i64>]) -> Option<u64> {
+    let all: Option<Vec<i64>> = values.iter().copied().collect();
+    all.filter(|v| !v.is_empty()).map(spread)
+}
+
+fn host_interval(last: &Reads, first: &Reads, khz: Option<u32>) -> HostInterval {
+    let min_cycles = first.host_before.saturating_sub(last.host_after);
+    let max_cycles = first.host_after.saturating_sub(last.host_before);
+    let ns = |c: u64| khz.and_then(|k| crate::units::cycles_to_ns_at(i128::from(c), k));
+    HostInterval {
+        min_cycles,
+        max_cycles,
+        min_ns: ns(min_cycles),
+        max_ns: ns(max_cycles),
+    }
+}
+
+impl MethodReport {
+    /// The report of a measurement (complete or not).
+    pub fn from_run(run: &MethodRun, opts: &MethodOptions) -> MethodReport {
+        let mut r = MethodReport::not_run(run.method, String::new());
+        r.ran = true;
+        r.not_run_reason = None;
+        r.completed = run.failed.is_none();
+        r.failed_step = run.failed.as_ref().map(|f| f.step.name());
+        r.error = run.failed.as_ref().map(|f| f.error.clone());
+        r.offset_source = run.offset_source;
+        r.delay_ms = run.delay.map(|d| d.as_secs_f64() * 1e3);
+        r.trace = run.trace.clone();
+        r.warp_seen = run.warp.clone();
+        let n = opts.vcpus as usize;
+        let saved: Option<Vec<TscState>> = run
+            .snapshot
+            .as_ref()
+            .map(|s| s.vcpus.iter().map(|v| v.tsc).collect());
+        r.tsc_khz = saved
+            .as_ref()
+            .and_then(|s| s.first())
+            .map(|s| s.tsc_khz)
+            .filter(|&k| k != 0);
+        if let (Some(last), Some(first)) = (&run.last, &run.first) {
+            r.host_time_passed = Some(host_interval(last, first, r.tsc_khz));
+        }
+        r.clock = clock_report(run, r.tsc_khz);
+        r.warp = run.warp.as_ref().map(|seen| WarpReport {
+            max_warp_cycles: seen.iter().map(|w| w.max_warp).max().unwrap_or(0),
+            warps: seen.iter().map(|w| w.warps).sum(),
+            handoffs: seen.iter().map(|w| w.handoffs).sum(),
+            shortest_handoff_cycles: seen.iter().filter_map(|w| w.shortest_handoff).min(),
+            iterations_per_vcpu: opts.warp_iterations,
+        });
+        r.vcpus = vcpu_rows(run, saved.as_ref(), n, r.host_time_passed);
+        let col = |f: fn(&VcpuReport) -> Option<i64>| -> Vec<Option<i64>> {
+            r.vcpus.iter().map(f).collect()
+        };
+        r.skew_before_cycles = spread_of(&col(|v| v.relative_offset_before));
+        r.skew_after_cycles = spread_of(&col(|v| v.relative_offset_after));
+        r.adjust_skew_before_cycles = spread_of(&col(|v| v.relative_adjust_before));
+        if run.after.is_some() {
+            r.offsets_outcome = Some(words::offsets(&r));
+        }
+        if run.first.is_some() {
+            r.time_outcome = Some(words::time(&r));
+        }
+        r
+    }
+}
+
+fn clock_report(run: &MethodRun, khz: Option<u32>) -> Option<ClockReport> {
+    let Some(Trace::Documented(d)) = &run.trace else {
+        return None;
+    };
+    let source = run.snapshot.as_ref()?.clock?;
+    let destination = d.destination?;
+    let khz = khz?;
+    let shift = d.shift_cycles?;
+    let drift = offsets::realtime_drift(&source, &destination, khz).ok()?;
+    let set_clock_cycles = d.set_host_after.saturating_sub(d.set_host_before);
+    Some(ClockReport {
+        source,
+        destination,
+        set_clock_cycles,
+        shift_cycles: shift,
+        realtime_drift_cycles: i64::try_from(drift).unwrap_or(i64::MAX),
+        shift_bound_cycles: offsets::shift_bound(
+            set_clock_cycles,
+            destination.host_tsc.saturating_sub(d.set_host_before),
+            khz,
+        ),
+        drift_bound_cycles: offsets::drift_bound(
+            destination.host_tsc.saturating_sub(source.host_tsc),
+            khz,
+        ),
+    })
+}
+
+fn vcpu_rows(
+    run: &MethodRun,
+    saved: Option<&Vec<TscState>>,
+    n: usize,
+    passed: Option<HostInterval>,
+) -> Vec<VcpuReport> {
+    let initial = offsets_of(run.initial.as_ref(), n);
+    let before = offsets_of(saved, n);
+    let after = offsets_of(run.after.as_ref(), n);
+    let after_warp = offsets_of(run.after_warp.as_ref(), n);
+    let (rel_before, rel_after, rel_warp) = (rel(&before), rel(&after), rel(&after_warp));
+    let adj_before: Vec<Option<u64>> = (0..n)
+        .map(|i| saved.and_then(|s| s.get(i)).map(|s| s.adjust))
+        .collect();
+    let rel_adj = rel(&adj_before);
+    let estimates: Option<Vec<u64>> = run
+        .after
+        .as_ref()
+        .map(|a| a.iter().map(TscState::estimated_offset).collect());
+    let written: Vec<Option<u64>> = match &run.trace {
+        Some(Trace::Documented(d)) => (0..n).map(|i| d.offsets_written.get(i).copied()).collect(),
+        _ => vec![None; n],
+    };
+    (0..n)
+        .map(|i| {
+            let state = |s: Option<&Vec<TscState>>| s.and_then(|s| s.get(i)).copied();
+            let (init, bef, aft) = (
+                state(run.initial.as_ref()),
+                state(saved),
+                state(run.after.as_ref()),
+            );
+            let last = run.last.as_ref().and_then(|r| r.tsc.get(i)).copied();
+            let first = run.first.as_ref().and_then(|r| r.tsc.get(i)).copied();
+            let advance = last.zip(first).map(|(l, f)| signed_delta(f, l));
+            let info = run.snapshot.as_ref().and_then(|s| s.vcpus.get(i));
+            let tsc_written: Vec<u64> = match &run.trace {
+                Some(Trace::Msr(m)) => m
+                    .passes
+                    .iter()
+                    .filter_map(|p| p.get(i))
+                    .map(|w| w.value)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            VcpuReport {
+                id: i as u32,
+                pio: info.map(|v| v.pio_state),
+                rip: info.map(|v| v.pio),
+                offset_initial: initial[i],
+                offset_before: before[i],
+                offset_created: run
+                    .created
+                    .as_ref()
+                    .and_then(|c| c.get(i))
+                    .copied()
+                    .flatten(),
+                offset_written: written[i],
+                offset_after: after[i],
+                offset_after_warp: after_warp[i],
+                offset_fate: fate(run, i, &after, written[i]),
+                relative_offset_before: rel_before[i],
+                relative_offset_after: rel_after[i],
+                relative_offset_after_warp: rel_warp[i],
+                relative_estimate_after: estimates
+                    .as_ref()
+                    .and_then(|e| Some(signed_delta(*e.get(i)?, *e.first()?))),
+                estimate_error: run.after.as_ref().map(|a| {
+                    a.get(i).map_or(0, TscState::estimate_error)
+                        + a.first().map_or(0, TscState::estimate_error)
+                }),
+                offset_moved_before: before[i].zip(initial[i]).map(|(b, a)| signed_delta(b, a)),
+                adjust_moved_before: bef.zip(init).map(|(b, a)| signed_delta(b.adjust, a.adjust)),
+                tsc_adjust_before: bef.map(|s| adjust(s.adjust)),
+                tsc_adjust_after: aft.map(|s| adjust(s.adjust)),
+                relative_adjust_before: rel_adj[i],
+                tsc_written,
+                guest_tsc_last: last,
+                guest_tsc_first: first,
+                guest_advance_cycles: advance,
+                advance_minus_host: advance.zip(passed).map(|(a, p)| {
+                    let sub =
+                        |x: u64| i64::try_from(i128::from(a) - i128::from(x)).unwrap_or(i64::MIN);
+                    (sub(p.max_cycles), sub(p.min_cycles))
+                }),
+            }
+        })
+        .collect()
+}
+
+/// What became of vCPU `i`'s offset after the restore.
+fn fate(run: &MethodRun, i: usize, after: &[Option<u64>], written: Option<u64>) -> OffsetFate {
+    let Some(now) = after.get(i).copied().flatten() else {
+        return OffsetFate::Unknown;
+    };
+    let asked = match &run.trace {
+        Some(Trace::Documented(_)) => written.map(|w| w == now),
+        Some(Trace::Msr(m)) => m
+            .passes
+            .last()
+            .and_then(|p| p.get(i))
+            .map(|w| w.asked_for(now)),
+        None => None,
+    };
+    if asked == Some(true) {
+        return OffsetFate::AsWritten;
+    }
+    let created = run
+        .created
+        .as_ref()
+        .and_then(|c| c.get(i))
+        .copied()
+        .flatten();
+    if created == Some(now) {
+        return OffsetFate::KeptCreationOffset;
+    }
+    if i > 0 && after.first().copied().flatten() == Some(now) {
+        return OffsetFate::Vcpu0Offset;
+    }
+    if let Some(Trace::Msr(m)) = &run.trace {
+        let first = m.passes.first().and_then(|p| p.first());
+        if m.passes.len() > 1 && first.is_some_and(|w| w.asked_for(now)) {
+            return OffsetFate::Vcpu0FirstWrite;
+        }
+    }
+    OffsetFate::Other
+}
