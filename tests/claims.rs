@@ -23,7 +23,7 @@
 //! | exit 143 on SIGTERM (`run`, `compare`, `check`) | `faults::sigterm_stops_the_run_and_the_json_report_keeps_the_rounds`, `signals::sigterm_stops_compare_and_every_output_keeps_the_measured_rounds`, `signals::sigterm_stops_check_and_the_json_judges_what_was_measured` |
 //! | exit codes as `--help` states them | `vmm/src/cmd/common.rs::exit_codes_are_the_documented_ones`, `cli::help_documents_the_options` |
 //! | watchdog default: 60 s plus 100 ms per round and vCPU, stated in `--help` | `vmm/src/options.rs::the_default_timeout_grows_with_the_work`, `cli::the_documented_defaults_are_the_binarys` |
-//! | the watchdog stops every vCPU and reports who was where (round, 0-based iteration) and the semaphore read from guest memory | `faults::a_stalled_vcpu_is_caught_by_the_watchdog_with_its_round_and_iteration`, `faults::a_stall_in_the_first_round_reports_no_rounds_but_still_ends`, `vmm/src/error.rs::a_timeout_says_who_was_where_and_what_to_do` |
+//! | the watchdog stops every vCPU and reports who was where (round, 0-based iteration) and the semaphore read from guest memory | `faults::a_stalled_vcpu_is_caught_by_the_watchdog_with_its_round_and_iteration`, `faults::a_stall_in_the_first_round_reports_no_rounds_but_still_ends`, `vmm/src/watchdog.rs::a_timeout_says_who_was_where_and_what_to_do` |
 //! | the watchdog joins every thread within 5 s | `faults::the_watchdog_joins_every_vcpu_thread_within_the_grace_period` (the join itself, from the pool's log line) |
 //! | `--output`: one JSON line per completed round (`tsc-rendezvous/round/v1`, the report's round fields plus `schema` and `vcpu_count`), kept when the run fails or is interrupted | `faults::sigterm_stops_the_run_and_the_json_report_keeps_the_rounds`, `faults::a_vcpu_reporting_the_wrong_round_is_refused` (and every fault test: exactly the completed rounds streamed) |
 //! | Ctrl-C / SIGTERM stop `run`, `compare`, `check` cleanly, also with SIGINT ignored by the shell; the report is printed and marked incomplete | `signals::ctrl_c_stops_compare_even_when_the_shell_ignores_it`, `faults::ctrl_c_stops_the_run_and_keeps_the_rounds` |
@@ -114,6 +114,10 @@ const SOURCES: &[(&str, &str)] = &[
     ),
     ("soak", include_str!("soak.rs")),
     ("vmm/src/error.rs", include_str!("../vmm/src/error.rs")),
+    (
+        "vmm/src/watchdog.rs",
+        include_str!("../vmm/src/watchdog.rs"),
+    ),
     (
         "vmm/src/stats/inference.rs",
         include_str!("../vmm/src/stats/inference.rs"),

@@ -129,7 +129,36 @@ pub fn judge(r: &MethodReport, vcpus: u32, flavor: KvmFlavor) -> Finding {
     };
     let mut fails: Vec<String> = Vec::new();
     let mut open: Vec<String> = Vec::new();
+    offset_findings(v, &mut fails);
+    guest_time(r, passed, &mut fails);
+    clock_findings(r, &mut fails, &mut open);
+    let skew = r.skew_after_cycles.unwrap_or(0);
+    let w = warp::judge(
+        vcpus,
+        r.warp.map_or(0, |w| w.iterations_per_vcpu),
+        r.warp_seen.as_deref().unwrap_or(&[]),
+        (skew, 0, "KVM_VCPU_TSC_OFFSET"),
+    );
+    if w.verdict == Verdict::Fail {
+        fails.push(format!("warp test: {}", w.reason));
+    }
+    let mut f = f;
+    if !fails.is_empty() {
+        f.set(
+            Verdict::Fail,
+            format!("{}{}", fails.join("; "), context(flavor)),
+        );
+    } else if !open.is_empty() {
+        f.set(Verdict::Undecided, open.join("; "));
+    } else {
+        f.set(Verdict::Pass, pass_reason(r, passed, skew, &w));
+    }
+    f
+}
 
+/// What the offsets and TSC_ADJUST say against the documented method:
+/// each way the evidence shows a failure, in words.
+fn offset_findings(v: &[restore::report::VcpuReport], fails: &mut Vec<String>) {
     if let Some(x) = v
         .iter()
         .find(|x| x.offset_moved_before != x.adjust_moved_before)
@@ -176,7 +205,11 @@ pub fn judge(r: &MethodReport, vcpus: u32, flavor: KvmFlavor) -> Finding {
             n(x.tsc_adjust_after.unwrap_or(0))
         ));
     }
-    guest_time(r, passed, &mut fails);
+}
+
+/// What the clock says: the shift the method applied against the host's
+/// real-time drift; a stepped host clock leaves it open.
+fn clock_findings(r: &MethodReport, fails: &mut Vec<String>, open: &mut Vec<String>) {
     if let Some(c) = &r.clock {
         let off = (i128::from(c.shift_cycles) - i128::from(c.realtime_drift_cycles)).unsigned_abs();
         if c.realtime_drift_cycles.unsigned_abs() > c.drift_bound_cycles {
@@ -197,51 +230,36 @@ pub fn judge(r: &MethodReport, vcpus: u32, flavor: KvmFlavor) -> Finding {
             ));
         }
     }
-    let skew = r.skew_after_cycles.unwrap_or(0);
-    let w = warp::judge(
-        vcpus,
-        r.warp.map_or(0, |w| w.iterations_per_vcpu),
-        r.warp_seen.as_deref().unwrap_or(&[]),
-        (skew, 0, "KVM_VCPU_TSC_OFFSET"),
-    );
-    if w.verdict == Verdict::Fail {
-        fails.push(format!("warp test: {}", w.reason));
-    }
-    let mut f = f;
-    if !fails.is_empty() {
-        f.set(
-            Verdict::Fail,
-            format!("{}{}", fails.join("; "), context(flavor)),
-        );
-    } else if !open.is_empty() {
-        f.set(Verdict::Undecided, open.join("; "));
-    } else {
-        let ms = passed
-            .max_ns
-            .map_or_else(|| "?".into(), |ns| format!("{:.1} ms", ns / 1e6));
-        let clock = r.clock.as_ref().map_or_else(String::new, |c| {
-            format!(
-                " plus the method's shift of {} cycles (real-time drift {} ± {})",
-                n(c.shift_cycles),
-                n(c.realtime_drift_cycles),
-                n(c.shift_bound_cycles)
-            )
-        });
-        let warp = match w.verdict {
-            Verdict::Pass => format!("warp test: {}", w.reason),
-            Verdict::Skip => "warp test: one vCPU".into(),
-            _ => format!("warp test inconclusive ({})", w.reason),
-        };
-        f.set(
-            Verdict::Pass,
-            format!(
-                "every relative offset bit-exact after the restore (skew {} cycles), TSC_ADJUST exact, \
-                 every guest TSC moved forward by the host time that passed ({ms}){clock}; {warp}",
-                n(skew)
-            ),
-        );
-    }
-    f
+}
+
+/// The reason of a PASS: what was exact and what moved by how much.
+fn pass_reason(
+    r: &MethodReport,
+    passed: restore::report::HostInterval,
+    skew: u64,
+    w: &Finding,
+) -> String {
+    let ms = passed
+        .max_ns
+        .map_or_else(|| "?".into(), |ns| format!("{:.1} ms", ns / 1e6));
+    let clock = r.clock.as_ref().map_or_else(String::new, |c| {
+        format!(
+            " plus the method's shift of {} cycles (real-time drift {} ± {})",
+            n(c.shift_cycles),
+            n(c.realtime_drift_cycles),
+            n(c.shift_bound_cycles)
+        )
+    });
+    let warp = match w.verdict {
+        Verdict::Pass => format!("warp test: {}", w.reason),
+        Verdict::Skip => "warp test: one vCPU".into(),
+        _ => format!("warp test inconclusive ({})", w.reason),
+    };
+    format!(
+        "every relative offset bit-exact after the restore (skew {} cycles), TSC_ADJUST exact, \
+         every guest TSC moved forward by the host time that passed ({ms}){clock}; {warp}",
+        n(skew)
+    )
 }
 
 /// Every guest TSC moved forward, by the host time that passed between the

@@ -204,6 +204,54 @@ impl Lines {
     }
 }
 
+impl CompareArgs {
+    /// Measured blocks per VM.
+    fn blocks_per_vm(&self) -> u32 {
+        if self.fresh_vm_every == 0 {
+            self.rounds
+        } else {
+            self.fresh_vm_every.min(self.rounds)
+        }
+    }
+
+    /// What the measurement is asked to do, with the guest `image` and the
+    /// interleaving's `seed`.
+    fn options(&self, image: Option<Vec<u8>>, seed: u64) -> CompareOptions {
+        let n = self.variants.0.len() as u32;
+        let rounds_per_vm = self
+            .blocks_per_vm()
+            .saturating_mul(n)
+            .saturating_add(self.warmup);
+        CompareOptions {
+            backend: self.backend,
+            sync_windows_ms: self.linux_windows,
+            initial_skew: self.initial_skew,
+            inject: self.inject,
+            vcpus: self.vcpus,
+            variants: self.variants.0.clone(),
+            rounds: self.rounds,
+            warmup: self.warmup,
+            seed,
+            fresh_vm_every: self.fresh_vm_every,
+            bootstrap: self.bootstrap,
+            timeout: self
+                .timeout
+                .unwrap_or_else(|| default_timeout(self.vcpus, rounds_per_vm)),
+            image,
+        }
+    }
+
+    /// A comparison by time: its duration and every round's deadline.
+    fn by_time(&self) -> Option<ByTime> {
+        self.duration.map(|duration| ByTime {
+            duration,
+            round_timeout: self
+                .timeout
+                .unwrap_or_else(|| default_round_timeout(self.vcpus)),
+        })
+    }
+}
+
 fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
     args.validate().map_err(cannot_run)?;
     if args.backend == Backend::Host {
@@ -233,37 +281,10 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     });
-    let variants = args.variants.0.clone();
-    let n = variants.len() as u32;
-    let blocks_per_vm = if args.fresh_vm_every == 0 {
-        args.rounds
-    } else {
-        args.fresh_vm_every.min(args.rounds)
-    };
-    let rounds_per_vm = blocks_per_vm.saturating_mul(n).saturating_add(args.warmup);
-    let opts = CompareOptions {
-        backend: args.backend,
-        sync_windows_ms: args.linux_windows,
-        initial_skew: args.initial_skew,
-        inject: args.inject,
-        vcpus: args.vcpus,
-        variants,
-        rounds: args.rounds,
-        warmup: args.warmup,
-        seed,
-        fresh_vm_every: args.fresh_vm_every,
-        bootstrap: args.bootstrap,
-        timeout: args
-            .timeout
-            .unwrap_or_else(|| default_timeout(args.vcpus, rounds_per_vm)),
-        image,
-    };
-    let by_time = args.duration.map(|duration| ByTime {
-        duration,
-        round_timeout: args
-            .timeout
-            .unwrap_or_else(|| default_round_timeout(args.vcpus)),
-    });
+    let n = args.variants.0.len() as u32;
+    let blocks_per_vm = args.blocks_per_vm();
+    let opts = args.options(image, seed);
+    let by_time = args.by_time();
     log::info!(
         "comparing {:?} on {} vCPUs ({} backend), {}, seed {seed}",
         opts.variants,
@@ -331,6 +352,18 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
         };
     let measured = measure(&opts, by_time, &mut on_round);
     progress.clear();
+    Ok(finish(args, &opts, measured, csv_error))
+}
+
+/// Reports what was measured, however the measurement ended: the report
+/// (text or JSON), the plot, the errors; the exit code says how it went.
+fn finish(
+    args: &CompareArgs,
+    opts: &CompareOptions,
+    measured: Result<crate::compare::Measured, Partial>,
+    csv_error: Option<String>,
+) -> Exit {
+    let seed = opts.seed;
     let (data, failure) = match measured {
         Ok(d) => (d, None),
         Err(Partial { data, error }) => {
@@ -340,7 +373,7 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
                 Some(d) => (*d, Some((msg, exit))),
                 None => {
                     eprintln!("error: {msg}");
-                    return Ok(exit);
+                    return exit;
                 }
             }
         }
@@ -351,7 +384,7 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
             data.tallies.measured_rounds
         )
     });
-    let report = crate::compare::analyse_measured(&opts, &data, incomplete);
+    let report = crate::compare::analyse_measured(opts, &data, incomplete);
     let mut exit = Exit::Done;
     if let (Some(e), Some(path)) = (&csv_error, &args.csv) {
         eprintln!("error: writing {} failed: {e}", path.display());
@@ -373,7 +406,7 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
         eprintln!("error: {msg}");
         exit = exit.worst(stopped);
     }
-    Ok(exit)
+    exit
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::{Blocks, CompareOptions, Measured, MeasuredRound, Tallies, VmSchedule};
 use crate::error::RunError;
+use crate::host::HostInfo;
 use crate::options::RunOptions;
 use crate::run::{self, Schedule};
 
@@ -77,7 +78,7 @@ pub fn measure(
     by_time: Option<ByTime>,
     on_round: &mut OnRound<'_>,
 ) -> Result<Measured, Partial> {
-    let mut blocks = Blocks::new(&opts.variants, opts.seed);
+    let blocks = Blocks::new(&opts.variants, opts.seed);
     if blocks.is_empty() || (by_time.is_none() && opts.rounds == 0) {
         return Err(Partial {
             data: None,
@@ -97,82 +98,36 @@ pub fn measure(
         0 => wanted,
         k => k,
     };
-    let mut tallies = Tallies::default();
-    let mut host = None;
-    let mut notes = Notes::default();
-    let mut spin_breaker = false;
-    let mut first_block = 0u32;
-    let mut vm = 0u32;
-    let mut seq = 0u32;
+    let mut m = Measurement {
+        blocks,
+        block_len,
+        tallies: Tallies::default(),
+        host: None,
+        notes: Notes::default(),
+        spin_breaker: false,
+        first_block: 0,
+        vm: 0,
+        seq: 0,
+    };
     let mut error = None;
-    while first_block < wanted {
-        if vm > 0 && until.is_some_and(|t| Instant::now() >= t) {
+    while m.first_block < wanted {
+        if m.vm > 0 && until.is_some_and(|t| Instant::now() >= t) {
             break;
         }
-        let mut schedule = VmSchedule::new(
-            &mut blocks,
-            opts.warmup,
-            per_vm.min(wanted - first_block),
-            until,
-        );
-        let warm = opts.warmup.min(schedule.max_rounds());
-        let run_opts = RunOptions {
-            backend: opts.backend,
-            sync_windows_ms: opts.sync_windows_ms,
-            initial_skew: opts.initial_skew,
-            vcpus: opts.vcpus,
-            schedule: Vec::new(),
-            timeout: opts.timeout,
-            round_timeout: by_time.map(|b| b.round_timeout),
-            image: opts.image.clone(),
-            inject: opts.inject,
-        };
-        let mut round_in_vm = 0u32;
-        let mut measured_here = 0u32;
-        let this_vm = vm;
-        vm += 1;
-        let result = run::run_scheduled(&run_opts, &mut schedule, &mut |result| {
-            let i = round_in_vm;
-            round_in_vm += 1;
-            if i < warm {
-                tallies.warmup_rounds_run = tallies.warmup_rounds_run.saturating_add(1);
-                return on_round(None, &tallies);
-            }
-            let k = i - warm;
-            let r = MeasuredRound {
-                seq,
-                vm: this_vm,
-                block: first_block.saturating_add(k / block_len),
-                round_in_vm: i,
-                result,
-            };
-            seq = seq.saturating_add(1);
-            measured_here += 1;
-            tallies.add(&r.result);
-            on_round(Some(&r), &tallies)
-        });
-        first_block = first_block.saturating_add(measured_here / block_len);
-        if host.is_none() {
-            host = match &result {
-                Ok(facts) => Some(facts.host.clone()),
-                Err(f) => f.host.as_deref().cloned(),
-            };
-        }
-        match result {
-            Ok(facts) => {
-                if facts.spin_breaker && !spin_breaker {
-                    spin_breaker = true;
-                }
-                for n in facts.notes {
-                    notes.add(this_vm, n);
-                }
-            }
-            Err(f) => {
-                error = Some(f.error);
-                break;
-            }
+        let n = per_vm.min(wanted - m.first_block);
+        if let Err(e) = m.run_vm(opts, by_time, n, until, on_round) {
+            error = Some(e);
+            break;
         }
     }
+    let Measurement {
+        tallies,
+        host,
+        notes,
+        spin_breaker,
+        vm,
+        ..
+    } = m;
     let data = host.map(|host| {
         let mut all = Vec::new();
         if spin_breaker {
@@ -198,6 +153,88 @@ pub fn measure(
             data: None,
             error: RunError::NothingToRun,
         }),
+    }
+}
+
+/// What the measurement has so far, across its VMs.
+struct Measurement {
+    blocks: Blocks,
+    block_len: u32,
+    tallies: Tallies,
+    host: Option<HostInfo>,
+    notes: Notes,
+    spin_breaker: bool,
+    /// The first block of the next VM.
+    first_block: u32,
+    /// The next VM's number.
+    vm: u32,
+    /// The next measured round's sequence number.
+    seq: u32,
+}
+
+impl Measurement {
+    /// One VM: its warm-up rounds, then `blocks` blocks of measured rounds
+    /// (fewer when the time is up), each handed to `on_round`.
+    fn run_vm(
+        &mut self,
+        opts: &CompareOptions,
+        by_time: Option<ByTime>,
+        blocks: u32,
+        until: Option<Instant>,
+        on_round: &mut OnRound<'_>,
+    ) -> Result<(), RunError> {
+        let mut schedule = VmSchedule::new(&mut self.blocks, opts.warmup, blocks, until);
+        let warm = opts.warmup.min(schedule.max_rounds());
+        let run_opts = RunOptions {
+            backend: opts.backend,
+            sync_windows_ms: opts.sync_windows_ms,
+            initial_skew: opts.initial_skew,
+            vcpus: opts.vcpus,
+            schedule: Vec::new(),
+            timeout: opts.timeout,
+            round_timeout: by_time.map(|b| b.round_timeout),
+            image: opts.image.clone(),
+            inject: opts.inject,
+        };
+        let mut round_in_vm = 0u32;
+        let mut measured_here = 0u32;
+        let this_vm = self.vm;
+        self.vm += 1;
+        let (block_len, first_block) = (self.block_len, self.first_block);
+        let (tallies, seq) = (&mut self.tallies, &mut self.seq);
+        let result = run::run_scheduled(&run_opts, &mut schedule, &mut |result| {
+            let i = round_in_vm;
+            round_in_vm += 1;
+            if i < warm {
+                tallies.warmup_rounds_run = tallies.warmup_rounds_run.saturating_add(1);
+                return on_round(None, tallies);
+            }
+            let k = i - warm;
+            let r = MeasuredRound {
+                seq: *seq,
+                vm: this_vm,
+                block: first_block.saturating_add(k / block_len),
+                round_in_vm: i,
+                result,
+            };
+            *seq = seq.saturating_add(1);
+            measured_here += 1;
+            tallies.add(&r.result);
+            on_round(Some(&r), tallies)
+        });
+        self.first_block = self.first_block.saturating_add(measured_here / block_len);
+        if self.host.is_none() {
+            self.host = match &result {
+                Ok(facts) => Some(facts.host.clone()),
+                Err(f) => f.host.as_deref().cloned(),
+            };
+        }
+        let facts = result.map_err(|f| f.error)?;
+        self.spin_breaker |= facts.spin_breaker;
+        for n in facts.notes {
+            self.notes.add(this_vm, n);
+        }
+        Ok(())
     }
 }
 

@@ -20,6 +20,15 @@ fn summary_of(v: &VariantStats, m: Metric) -> Option<&Summary> {
 /// Renders the report as text.
 pub fn render_text(r: &CompareReport) -> String {
     let mut o = String::new();
+    header(&mut o, r);
+    tables(&mut o, r);
+    comparisons(&mut o, r);
+    verdicts_and_notes(&mut o, r);
+    o
+}
+
+/// The title, the order, the host and what the run was asked for.
+fn header(o: &mut String, r: &CompareReport) {
     let by_time = r.duration_seconds.map_or_else(String::new, |s| {
         format!(
             " (by time: {})",
@@ -27,7 +36,7 @@ pub fn render_text(r: &CompareReport) -> String {
         )
     });
     let _ = writeln!(
-        o,
+        *o,
         "tsc-rendezvous {}: compare {} on {} vCPU(s), {} measured rounds per variant{by_time}",
         r.tool_version,
         r.variants.join(" vs "),
@@ -35,7 +44,7 @@ pub fn render_text(r: &CompareReport) -> String {
         r.rounds_per_variant
     );
     let _ = writeln!(
-        o,
+        *o,
         "Order: {} (seed {}); {} VM(s); {} warm-up round(s) run and excluded.",
         r.interleaving, r.seed, r.vms, r.warmup_rounds_run
     );
@@ -64,7 +73,7 @@ pub fn render_text(r: &CompareReport) -> String {
         (None, KvmFlavor::Unknown) => "unknown".into(),
     };
     let _ = writeln!(
-        o,
+        *o,
         "Host: {flavor}, TSC {} MHz{}. Took {:.2} s ({:.0} rounds/s).",
         r.host.tsc_khz.map_or_else(
             || "unknown".to_string(),
@@ -76,11 +85,11 @@ pub fn render_text(r: &CompareReport) -> String {
     );
     if let Some(c) = r.host.initial_skew_cycles {
         let line = crate::output::lines::initial_skew_line(r.vcpus, c);
-        let _ = writeln!(o, "{line}.");
+        let _ = writeln!(*o, "{line}.");
     }
     let linux = tsc_contract::Variant::LinuxTscSync.name();
     if let (Some(w), true) = (&r.host.sync_windows, r.variants.iter().any(|v| v == linux)) {
-        let _ = writeln!(o, "{linux} windows: {}.", windows_line(w));
+        let _ = writeln!(*o, "{linux} windows: {}.", windows_line(w));
     }
     if let Some(why) = &r.incomplete {
         let _ = writeln!(
@@ -88,11 +97,15 @@ pub fn render_text(r: &CompareReport) -> String {
             "INCOMPLETE: {why}; the statistics cover what was measured."
         );
     }
+}
+
+/// Per metric, every variant's statistics.
+fn tables(o: &mut String, r: &CompareReport) {
     for m in Metric::ALL {
         if r.per_variant.iter().all(|v| summary_of(v, m).is_none()) {
             continue;
         }
-        let _ = writeln!(o, "\n{}", capitalise(m.title()));
+        let _ = writeln!(*o, "\n{}", capitalise(m.title()));
         let _ = writeln!(
             o,
             "  {:<14} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>12} {:>11}",
@@ -101,7 +114,7 @@ pub fn render_text(r: &CompareReport) -> String {
         for v in &r.per_variant {
             if let Some(s) = summary_of(v, m) {
                 let _ = writeln!(
-                    o,
+                    *o,
                     "  {:<14} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>12} {:>11}",
                     v.variant,
                     s.n,
@@ -123,15 +136,19 @@ pub fn render_text(r: &CompareReport) -> String {
             crate::output::lines::precision_line(d)
         );
     }
+}
+
+/// Every variant against the first: the shift of medians and the test.
+fn comparisons(o: &mut String, r: &CompareReport) {
     let _ = writeln!(
-        o,
+        *o,
         "\nAgainst {} (difference of medians with a bootstrap 95% CI, {} replicates; \
          Mann-Whitney U, two-sided)",
         r.variants.first().map_or("", String::as_str),
         r.bootstrap_iterations
     );
     let _ = writeln!(
-        o,
+        *o,
         "  {:<14} {:<8} {:>10} {:>23} {:>8} {:>19} {:>10}",
         "variant", "metric", "diff", "95% CI", "rel", "95% CI", "p"
     );
@@ -145,7 +162,7 @@ pub fn render_text(r: &CompareReport) -> String {
             Metric::SkewCycles => "skew",
         };
         let _ = writeln!(
-            o,
+            *o,
             "  {:<14} {:<8} {:>10} {:>23} {:>7.1}% {:>19} {:>10}",
             c.variant,
             metric,
@@ -156,40 +173,48 @@ pub fn render_text(r: &CompareReport) -> String {
             p_text(t.p_two_sided).trim_start_matches("p ").to_string(),
         );
     }
+}
+
+/// The verdicts, disagreements, notes and what the host's nature means.
+fn verdicts_and_notes(o: &mut String, r: &CompareReport) {
+    let threads = r
+        .host
+        .host_threads
+        .as_ref()
+        .filter(|_| r.host.on_host_threads());
     let honoured: Vec<Option<bool>> = r.per_variant.iter().map(|v| v.writes_honoured).collect();
     let disagreements: usize = r
         .per_variant
         .iter()
         .map(|v| v.rounds_with_disagreements)
         .sum();
-    let _ = writeln!(o, "\nVerdict (CPU 0 loop-exit time, the seed's metric):");
+    let _ = writeln!(*o, "\nVerdict (CPU 0 loop-exit time, the seed's metric):");
     for v in &r.verdicts {
-        let _ = writeln!(o, "  {v}");
+        let _ = writeln!(*o, "  {v}");
     }
     if disagreements > 0 {
         let _ = writeln!(
-            o,
+            *o,
             "\n{disagreements} round(s) had disagreeing readback methods; they are kept (see --csv)."
         );
     }
     for n in &r.notes {
-        let _ = writeln!(o, "note: {n}");
+        let _ = writeln!(*o, "note: {n}");
     }
     if threads.is_none() && honoured.iter().all(|h| *h == Some(false)) {
         let _ = writeln!(
-            o,
+            *o,
             "\nThe hypervisor ignored the guest's TSC writes: exit times are measured from the \
              moment each write was handled."
         );
     }
     if r.host.kvm_flavor == KvmFlavor::Pvm {
         let _ = writeln!(
-            o,
+            *o,
             "On PVM the guest's ring-0 code is emulated (~100x slower than hardware): these are \
              the emulator's timings, not a real CPU's."
         );
     }
-    o
 }
 
 fn capitalise(s: &str) -> String {

@@ -22,34 +22,64 @@ pub fn offsets(r: &MethodReport) -> String {
         .iter()
         .all(|x| x.relative_offset_before.is_some() && x.relative_offset_after.is_some());
     if !exact {
-        let est: Vec<String> = v
-            .iter()
-            .map(|x| {
-                format!(
-                    "{} ± {}",
-                    num(x.relative_estimate_after.unwrap_or(0)),
-                    num(x.estimate_error.unwrap_or(0))
-                )
-            })
-            .collect();
-        let asked: Vec<String> = v
-            .iter()
-            .map(|x| num(x.relative_adjust_before.unwrap_or(0)))
-            .collect();
-        return format!(
-            "no exact offsets on this kernel: after {m} the relative offsets, estimated from \
-             bracketed IA32_TSC reads, are {} cycles; the rendezvous' writes asked for {} (TSC_ADJUST)",
-            est.join(", "),
-            asked.join(", ")
-        );
+        return estimated(m, v);
     }
+    let mut parts = vec![relative_outcome(r)];
+    let carried = v
+        .iter()
+        .all(|x| x.offset_moved_before == x.adjust_moved_before);
+    if !carried {
+        let list = |f: fn(&VcpuReport) -> Option<i64>| {
+            v.iter()
+                .map(|x| f(x).map_or_else(|| "?".into(), num))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        parts.push(format!(
+            "the saved offsets did not carry the rendezvous' writes: TSC_ADJUST moved by {} but the offsets by {} cycles",
+            list(|x| x.adjust_moved_before),
+            list(|x| x.offset_moved_before)
+        ));
+    }
+    parts.extend(fates(r));
+    parts.join("; ")
+}
+
+/// Without exact offsets: the estimates from the bracketed reads against
+/// what the writes asked for.
+fn estimated(m: &str, v: &[VcpuReport]) -> String {
+    let est: Vec<String> = v
+        .iter()
+        .map(|x| {
+            format!(
+                "{} ± {}",
+                num(x.relative_estimate_after.unwrap_or(0)),
+                num(x.estimate_error.unwrap_or(0))
+            )
+        })
+        .collect();
+    let asked: Vec<String> = v
+        .iter()
+        .map(|x| num(x.relative_adjust_before.unwrap_or(0)))
+        .collect();
+    format!(
+        "no exact offsets on this kernel: after {m} the relative offsets, estimated from \
+         bracketed IA32_TSC reads, are {} cycles; the rendezvous' writes asked for {} (TSC_ADJUST)",
+        est.join(", "),
+        asked.join(", ")
+    )
+}
+
+/// What became of the relative offsets: kept, snapped to one, or changed.
+fn relative_outcome(r: &MethodReport) -> String {
+    let (m, v) = (r.method, &r.vcpus);
     let before = r.skew_before_cycles.unwrap_or(0);
     let after = r.skew_after_cycles.unwrap_or(0);
     let same = v
         .iter()
         .all(|x| x.relative_offset_after == x.relative_offset_before);
     let all_zero = v.iter().all(|x| x.relative_offset_after == Some(0));
-    let mut parts = vec![if same && before > 0 {
+    if same && before > 0 {
         format!(
             "{m} kept every relative offset bit-exact: the skew of {} cycles the rendezvous left survived",
             num(before)
@@ -80,23 +110,12 @@ pub fn offsets(r: &MethodReport) -> String {
             moved.0,
             num(moved.1)
         )
-    }];
-    let carried = v
-        .iter()
-        .all(|x| x.offset_moved_before == x.adjust_moved_before);
-    if !carried {
-        let list = |f: fn(&VcpuReport) -> Option<i64>| {
-            v.iter()
-                .map(|x| f(x).map_or_else(|| "?".into(), num))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        parts.push(format!(
-            "the saved offsets did not carry the rendezvous' writes: TSC_ADJUST moved by {} but the offsets by {} cycles",
-            list(|x| x.adjust_moved_before),
-            list(|x| x.offset_moved_before)
-        ));
     }
+}
+
+/// Which offset each vCPU ended with, where it is not the one asked for.
+fn fates(r: &MethodReport) -> Vec<String> {
+    let v = &r.vcpus;
     let by =
         |f: OffsetFate| -> Vec<&VcpuReport> { v.iter().filter(|x| x.offset_fate == f).collect() };
     let what = if r.method == "documented" {
@@ -104,6 +123,7 @@ pub fn offsets(r: &MethodReport) -> String {
     } else {
         "the one its IA32_TSC write asked for"
     };
+    let mut parts = Vec::new();
     let kept = by(OffsetFate::KeptCreationOffset);
     if !kept.is_empty() {
         parts.push(format!(
@@ -137,7 +157,7 @@ pub fn offsets(r: &MethodReport) -> String {
             ids(&other)
         ));
     }
-    parts.join("; ")
+    parts
 }
 
 /// What happened to the guests' TSCs across the restore.

@@ -377,70 +377,8 @@ fn prepare_and_run(args: &RunArgs) -> Result<Exit, Exit> {
             failure = Some((RunError::interrupted(signal, 0), variant));
             break;
         }
-        let opts = RunOptions {
-            backend: args.backend,
-            vcpus: args.vcpus,
-            schedule: Vec::new(),
-            timeout: args.timeout(),
-            round_timeout: args.round_timeout(),
-            image: image.clone(),
-            inject: args.inject,
-            sync_windows_ms: args.linux_windows,
-            initial_skew: args.initial_skew,
-        };
-        log::info!(
-            "running {} on {} vCPUs ({} backend), {}",
-            variant.name(),
-            args.vcpus,
-            args.backend.name(),
-            share.map_or_else(
-                || format!("{} rounds", args.rounds),
-                |d| format!("for {:.1} s", d.as_secs_f64())
-            )
-        );
-        let (result, acc) = run_variant(args, &opts, variant, share, &mut o);
-        let (facts, error) = match result {
-            Ok(facts) => (Some(facts), None),
-            Err(f) => {
-                let h = f.host.map(|h| *h).or_else(|| host.clone());
-                let facts = h.filter(|_| acc.rounds() > 0).map(|h| RunFacts {
-                    host: h,
-                    vcpus: args.vcpus,
-                    initial: Vec::new(),
-                    spin_breaker: false,
-                    notes: vec![match share {
-                        Some(_) => format!(
-                            "incomplete: {} round(s) completed before the error: {}",
-                            acc.rounds(),
-                            f.error
-                        ),
-                        None => {
-                            incomplete_note(f.rounds_completed, u64::from(args.rounds), &f.error)
-                        }
-                    }],
-                });
-                (facts, Some(f.error))
-            }
-        };
-        if let Some(mut facts) = facts {
-            host.get_or_insert_with(|| facts.host.clone());
-            if share.is_some() && acc.rounds() >= u64::from(MAX_ROUNDS) {
-                facts.notes.push(format!(
-                    "stopped after {} rounds, the most the 32-bit round counter holds, before \
-                     its time was up",
-                    crate::units::fmt_num(f64::from(MAX_ROUNDS))
-                ));
-            }
-            let v = report::variant_report(variant.name(), facts, &acc);
-            o.json.end_run(&v);
-            o.ended.push(RunEntry {
-                variant: v.variant.clone(),
-                complete: error.is_none(),
-                writes_honoured: v.writes_honoured,
-                summary: v.summary.clone(),
-            });
-            runs.push(v);
-        }
+        let (report, error) = one_variant(args, &image, variant, share, &mut o, &mut host);
+        runs.extend(report);
         if let Some(error) = error {
             failure = Some((error, variant));
             break;
@@ -507,6 +445,83 @@ fn prepare_and_run(args: &RunArgs) -> Result<Exit, Exit> {
         return Ok(Exit::of(&error).worst(exit));
     }
     Ok(exit)
+}
+
+/// Runs one variant and makes its report of whatever it measured; the
+/// error, if one ended it. `host` keeps the first host facts seen (a run
+/// that fails early has none of its own).
+fn one_variant(
+    args: &RunArgs,
+    image: &Option<Vec<u8>>,
+    variant: Variant,
+    share: Option<Duration>,
+    o: &mut Outputs,
+    host: &mut Option<HostInfo>,
+) -> (Option<VariantReport>, Option<RunError>) {
+    let opts = RunOptions {
+        backend: args.backend,
+        vcpus: args.vcpus,
+        schedule: Vec::new(),
+        timeout: args.timeout(),
+        round_timeout: args.round_timeout(),
+        image: image.clone(),
+        inject: args.inject,
+        sync_windows_ms: args.linux_windows,
+        initial_skew: args.initial_skew,
+    };
+    log::info!(
+        "running {} on {} vCPUs ({} backend), {}",
+        variant.name(),
+        args.vcpus,
+        args.backend.name(),
+        share.map_or_else(
+            || format!("{} rounds", args.rounds),
+            |d| format!("for {:.1} s", d.as_secs_f64())
+        )
+    );
+    let (result, acc) = run_variant(args, &opts, variant, share, o);
+    let mut report = None;
+    let (facts, error) = match result {
+        Ok(facts) => (Some(facts), None),
+        Err(f) => {
+            let h = f.host.map(|h| *h).or_else(|| host.clone());
+            let facts = h.filter(|_| acc.rounds() > 0).map(|h| RunFacts {
+                host: h,
+                vcpus: args.vcpus,
+                initial: Vec::new(),
+                spin_breaker: false,
+                notes: vec![match share {
+                    Some(_) => format!(
+                        "incomplete: {} round(s) completed before the error: {}",
+                        acc.rounds(),
+                        f.error
+                    ),
+                    None => incomplete_note(f.rounds_completed, u64::from(args.rounds), &f.error),
+                }],
+            });
+            (facts, Some(f.error))
+        }
+    };
+    if let Some(mut facts) = facts {
+        host.get_or_insert_with(|| facts.host.clone());
+        if share.is_some() && acc.rounds() >= u64::from(MAX_ROUNDS) {
+            facts.notes.push(format!(
+                "stopped after {} rounds, the most the 32-bit round counter holds, before \
+                 its time was up",
+                crate::units::fmt_num(f64::from(MAX_ROUNDS))
+            ));
+        }
+        let v = report::variant_report(variant.name(), facts, &acc);
+        o.json.end_run(&v);
+        o.ended.push(RunEntry {
+            variant: v.variant.clone(),
+            complete: error.is_none(),
+            writes_honoured: v.writes_honoured,
+            summary: v.summary.clone(),
+        });
+        report = Some(v);
+    }
+    (report, error)
 }
 
 /// Runs one variant, by rounds or for its share of the duration; returns
