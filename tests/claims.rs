@@ -81,6 +81,8 @@
 //! | the line says rounds so far, the median skew so far, elapsed and left | `vmm/src/output/progress.rs::the_line_says_rounds_medians_and_times`, `vmm/src/output/progress.rs::the_time_left_follows_the_rate_so_far` |
 //! | `--output FILE` streams every measured round | `soak::a_comparison_by_time_streams_its_rounds_and_summary_records` |
 
+mod common;
+
 use std::borrow::Cow;
 use std::time::Duration;
 
@@ -150,12 +152,12 @@ fn table() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The first column of the README table under `heading`.
+/// The first column of the documentation's table under `heading`.
 fn readme_table(heading: &str) -> Vec<String> {
-    let readme = include_str!("../README.md");
+    let readme = common::docs::all();
     let at = readme
         .find(heading)
-        .unwrap_or_else(|| panic!("the README has no '{heading}'"));
+        .unwrap_or_else(|| panic!("the documentation has no '{heading}'"));
     readme[at..]
         .lines()
         .skip_while(|l| !l.starts_with('|'))
@@ -432,4 +434,10 @@ fn the_plot_legend_counts_the_rounds_beyond_the_axis() {
             "xen-6ca022a1 (n = 21, 0 beyond the axis)",
         ]
     );
+}
+
+/// Every page under docs/ is read by the tests that read the documentation.
+#[test]
+fn every_documentation_page_is_read_by_the_tests() {
+    common::docs::check_pages_listed();
 }

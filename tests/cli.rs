@@ -363,15 +363,13 @@ fn check_and_compare_exit_2_when_kvm_lacks_a_capability() {
     }
 }
 
-/// The README with its whitespace collapsed (sentences wrap across lines).
+/// The documentation (README and docs/) with its whitespace collapsed.
 fn readme() -> String {
-    include_str!("../README.md")
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
+    common::docs::flat()
 }
 
-/// The text right after `phrase` in the README, up to the first of `ends`.
+/// The text right after `phrase` in the documentation, up to the first of
+/// `ends`.
 fn readme_after(readme: &str, phrase: &str, ends: &[char]) -> String {
     let at = readme
         .find(phrase)

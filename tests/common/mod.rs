@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 
 #[allow(dead_code)]
+pub mod docs;
+#[allow(dead_code)]
 pub mod interrupt;
 #[allow(dead_code)]
 pub mod ktap;

@@ -100,8 +100,7 @@ pub struct CompareArgs {
 
     /// Give up after this many seconds per VM. Default: 60 s plus 100 ms per
     /// round and vCPU. With --duration the deadline is per round instead
-    /// (default 60 s plus 100 ms per vCPU; with --backend host per segment
-    /// of 1,024 rounds, plus 100 ms per further round and thread).
+    /// (default 60 s plus 100 ms per vCPU), on both backends.
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     pub timeout: Option<Duration>,
 

@@ -80,8 +80,7 @@ pub struct RunArgs {
     /// Watchdog: give up after this many seconds per variant, stop every vCPU
     /// and report where each one was. Default: 60 s plus 100 ms per round and
     /// vCPU. With --duration the deadline is per round instead (default 60 s
-    /// plus 100 ms per vCPU; with --backend host per segment of 1,024 rounds,
-    /// plus 100 ms per further round and thread).
+    /// plus 100 ms per vCPU), on both backends.
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     pub timeout: Option<Duration>,
 

@@ -1,0 +1,65 @@
+//! The documentation as the tests read it: the README and every page under
+//! `docs/`, so that a claim is found wherever the documentation keeps it.
+
+/// Every documentation file, by path from the repository root.
+pub const PAGES: &[(&str, &str)] = &[
+    ("README.md", include_str!("../../README.md")),
+    ("docs/measuring.md", include_str!("../../docs/measuring.md")),
+    ("docs/compare.md", include_str!("../../docs/compare.md")),
+    (
+        "docs/host-backend.md",
+        include_str!("../../docs/host-backend.md"),
+    ),
+    ("docs/checks.md", include_str!("../../docs/checks.md")),
+    ("docs/ci.md", include_str!("../../docs/ci.md")),
+    ("docs/restore.md", include_str!("../../docs/restore.md")),
+    (
+        "docs/kernel-matrix.md",
+        include_str!("../../docs/kernel-matrix.md"),
+    ),
+    ("docs/long-runs.md", include_str!("../../docs/long-runs.md")),
+    ("docs/speed.md", include_str!("../../docs/speed.md")),
+    (
+        "docs/troubleshooting.md",
+        include_str!("../../docs/troubleshooting.md"),
+    ),
+];
+
+/// All of the documentation, page after page.
+pub fn all() -> String {
+    PAGES
+        .iter()
+        .map(|(_, text)| *text)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// All of the documentation with its whitespace collapsed (sentences wrap
+/// across lines).
+pub fn flat() -> String {
+    all().split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Every Markdown page under `docs/` is in [`PAGES`], and every page there
+/// exists: a new page cannot escape the tests that read the documentation.
+pub fn check_pages_listed() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs");
+    let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+        .expect("docs/ is readable")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = PAGES
+        .iter()
+        .map(|(p, _)| p.to_string())
+        .filter(|p| p.starts_with("docs/"))
+        .collect();
+    listed.sort();
+    assert_eq!(
+        on_disk, listed,
+        "tests/common/docs.rs must list every page of docs/"
+    );
+}
