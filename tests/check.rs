@@ -54,6 +54,64 @@ fn reason<'a>(doc: &'a Value, id: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// Check 5's evidence: every ordered pair of `vcpus` vCPUs exchanged as
+/// often as asked, and where the offsets are exact each pair's guest-seen
+/// interval holds KVM's exact relative offset (what a correct host must
+/// show); the control's outcome is one the host allows (PVM moves no TSC:
+/// impossible; real KVM: the move seen, or honestly unresolved).
+fn handoff_agrees_with_the_exact_offsets(doc: &Value, vcpus: u64, flavor: &str) {
+    let c = doc["checks"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["id"] == "warp"))
+        .expect("check 5");
+    let v = &c["values"];
+    let pairs = v["pairs"].as_array().expect("pairs");
+    assert_eq!(
+        pairs.len() as u64,
+        vcpus * (vcpus - 1),
+        "every ordered pair: {v}"
+    );
+    let exchanges = doc["options"]["exchanges"].as_u64().expect("exchanges");
+    let exact = v["offset_source"] != "none";
+    for p in pairs {
+        assert_eq!(p["exchanges"].as_u64(), Some(exchanges), "{p}");
+        assert!(
+            p["shortest_round_trip_cycles"].as_u64().unwrap_or(0) > 0,
+            "{p}"
+        );
+        let (lo, hi) = (
+            p["guest_lower_cycles"].as_i64().expect("lower"),
+            p["guest_upper_cycles"].as_i64().expect("upper"),
+        );
+        if exact {
+            let e = p["exact_offset_cycles"].as_i64().expect("exact offset");
+            assert!(lo <= e && e <= hi, "the guest contradicts KVM: {p}");
+        }
+    }
+    let outcome = v["control"]["outcome"].as_str().unwrap_or("");
+    match flavor {
+        "pvm" => assert_eq!(outcome, "impossible", "{}", v["control"]),
+        _ => assert!(
+            ["seen", "unresolved", "unverifiable", "impossible"].contains(&outcome),
+            "{}",
+            v["control"]
+        ),
+    }
+}
+
+/// Check 5 on three vCPUs: every one of the six ordered pairs is exercised
+/// and agrees with the exact offsets.
+#[test]
+fn check_5_exercises_every_ordered_pair_of_three_vcpus() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let (_, doc) = check(&["--vcpus", "3", "--exchanges", "50"]);
+    let flavor = doc["environment"]["kvm_flavor"].as_str().unwrap_or("");
+    handoff_agrees_with_the_exact_offsets(&doc, 3, flavor);
+    assert_eq!(doc["options"]["exchanges"], 50);
+}
+
 #[test]
 fn verdicts_match_the_host_and_every_format_is_well_formed() {
     if !kvm_or_skip() {
@@ -128,6 +186,7 @@ fn verdicts_match_the_host_and_every_format_is_well_formed() {
         "warp: {warp}: {}",
         reason(&doc, "warp")
     );
+    handoff_agrees_with_the_exact_offsets(&doc, 2, flavor);
     match flavor {
         "pvm" => {
             // PVM records every write in TSC_ADJUST and moves no offset: the

@@ -271,6 +271,8 @@ fn vcpu(id: u32, exit: i64) -> VcpuResult {
         rel_offset_attr: Some(0),
         rel_offset_bracket: 0,
         rel_offset_bracket_error: 0,
+        rel_offset_guest: None,
+        rel_offset_guest_error: None,
         tsc_khz: 2_000_000,
     }
 }
@@ -290,6 +292,8 @@ fn round(seq: u32, variant: Variant, exit: i64, skew: u64, disagreements: usize)
             skew_cycles_attr: Some(0),
             skew_cycles_bracket: 0,
             skew_cycles_bracket_error: 0,
+            skew_cycles_guest: None,
+            skew_cycles_guest_error: None,
             writes_honoured: Some(false),
             undecided_vcpus: 0,
             skew_basis: SkewBasis::Offsets,

@@ -497,3 +497,82 @@ fn a_vm_created_off_the_main_thread_finds_its_debugfs_offsets() {
     .expect("the thread ran");
     assert_eq!(found.len(), 2);
 }
+
+/// `run --guest-view`: every round of every variant carries method (d) for
+/// every vCPU (vCPU 0 at 0 ± 0, the others with a bound of at least one
+/// cycle: a round trip is never free), schema-valid; where the offsets are
+/// exact, each vCPU's exact relative offset lies within what the guest saw
+/// (else the round would list a disagreement, and a correct host has none),
+/// and the guest-seen skew's error covers every vCPU's bound. Without the
+/// flag none of these fields is written.
+#[test]
+fn run_guest_view_adds_a_fourth_method_that_agrees_with_the_exact_offsets() {
+    if !kvm_or_skip() {
+        return;
+    }
+    for vcpus in ["2", "3"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+            .args(["run", "--vcpus", vcpus, "--rounds", "4", "--json"])
+            .args(["--variant", "xen-head", "--guest-view", "8"])
+            .output()
+            .expect("the binary runs");
+        assert!(
+            output.status.success(),
+            "exit {:?}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&output.stdout).expect("valid JSON");
+        common::validate(&doc, include_str!("../vmm/schema/run-v1.json"));
+        let exact = doc["host"]["offset_source"] != "none";
+        for round in doc["runs"][0]["rounds"].as_array().expect("rounds") {
+            let vs = round["vcpus"].as_array().expect("vcpus");
+            assert_eq!(vs.len().to_string(), vcpus);
+            let mut max_bound = 0;
+            for v in vs {
+                let seen = v["rel_offset_guest"].as_i64().expect("method d");
+                let bound = v["rel_offset_guest_error"].as_u64().expect("its bound");
+                if v["id"] == 0 {
+                    assert_eq!((seen, bound), (0, 0), "{v}");
+                    continue;
+                }
+                assert!(bound > 0, "a round trip costs something: {v}");
+                max_bound = max_bound.max(bound);
+                if exact {
+                    let e = v["rel_offset_attr"].as_i64().expect("exact");
+                    assert!(
+                        (i128::from(e) - i128::from(seen)).unsigned_abs() <= u128::from(bound),
+                        "the guest contradicts KVM: {v}"
+                    );
+                }
+            }
+            assert!(round["skew_cycles_guest_error"].as_u64() >= Some(2 * max_bound));
+            let guest_disagrees = round["disagreements"].as_array().is_some_and(|d| {
+                d.iter()
+                    .any(|x| x.as_str().is_some_and(|t| t.contains("guest sees")))
+            });
+            assert!(!guest_disagrees, "{round}");
+        }
+    }
+    let plain = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+        .args(["run", "--rounds", "2", "--json", "--variant", "xen-head"])
+        .output()
+        .expect("the binary runs");
+    let text = String::from_utf8_lossy(&plain.stdout);
+    assert!(!text.contains("rel_offset_guest") && !text.contains("skew_cycles_guest"));
+}
+
+/// `--guest-view` needs a guest: with the host backend it is refused, exit 2.
+#[test]
+fn guest_view_is_refused_on_the_host_backend() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+        .args(["run", "--backend", "host", "--guest-view", "--rounds", "2"])
+        .output()
+        .expect("the binary runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--guest-view") && err.contains("--backend kvm"),
+        "{err}"
+    );
+}

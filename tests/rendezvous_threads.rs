@@ -252,3 +252,89 @@ fn the_progress_hook_sees_every_iteration_in_order() {
         );
     }
 }
+
+/// Pins the calling thread to host CPU `cpu` when this process may use it;
+/// says whether it did (a test runs unpinned where it cannot).
+fn pin_to(cpu: usize) -> bool {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and
+    // sched_setaffinity only read and write that set, for the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// Runs the forced hand-off test on two threads (pinned to host CPUs 0 and
+/// 1 where they can be) whose TSCs are the host's plus `offsets`; returns
+/// pair (0, 1)'s and pair (1, 0)'s results.
+fn handoff_on_threads(offsets: [u64; 2], exchanges: u32) -> Vec<tsc_contract::HandoffResult> {
+    use tsc_sync::handoff::{handoff_test, HandoffParams, HandoffShared};
+    let shared = Arc::new(HandoffShared::default());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let params = HandoffParams {
+        total: 2,
+        exchanges,
+        all: true,
+        tag: 1,
+    };
+    let handles: Vec<_> = (0..2u32)
+        .map(|i| {
+            let shared = shared.clone();
+            let offset = offsets[i as usize];
+            std::thread::spawn(move || {
+                pin_to(i as usize);
+                let mut sim = SimCpu {
+                    offset,
+                    writes: 0,
+                    deadline,
+                };
+                let mut out = Vec::new();
+                handoff_test(&shared, i, params, &mut sim, |p, r| out.push((p, *r)));
+                out
+            })
+        })
+        .collect();
+    let mut all: Vec<(u32, tsc_contract::HandoffResult)> = handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("hand-off thread"))
+        .collect();
+    all.sort_by_key(|(p, _)| *p);
+    all.into_iter().map(|(_, r)| r).collect()
+}
+
+/// The hand-off test on real host threads (the guest's code, the host's
+/// `rdtsc`) recovers an offset set on purpose, within its bound: first the
+/// host CPUs' own relative offset (whatever it is) with nothing added, then
+/// with thread 1 moved by D; D lies in the difference of the two intervals,
+/// in both directions of the pair, and so does 0 not.
+#[test]
+fn the_hand_off_test_on_host_threads_recovers_an_offset_within_its_bound() {
+    const D: u64 = 1 << 36;
+    let base = handoff_on_threads([0, 0], 200);
+    let moved = handoff_on_threads([0, D], 200);
+    for (k, (b, m)) in base.iter().zip(&moved).enumerate() {
+        b.validate(b.a, b.b, 1, 200).expect("valid");
+        m.validate(m.a, m.b, 1, 200).expect("valid");
+        // Pair (0, 1) sees thread 1 move by +D; pair (1, 0) by -D.
+        let d = if (m.a, m.b) == (0, 1) {
+            i128::from(D)
+        } else {
+            -i128::from(D)
+        };
+        let lo = i128::from(m.lower) - i128::from(b.upper);
+        let hi = i128::from(m.upper) - i128::from(b.lower);
+        assert!(
+            lo <= d && d <= hi,
+            "pair {k}: {d} outside [{lo}, {hi}]: {b:?} {m:?}"
+        );
+        assert!(
+            !(lo <= 0 && 0 <= hi),
+            "pair {k}: the move is resolved: [{lo}, {hi}]"
+        );
+        // Each interval is at most its shortest round trip wide.
+        for r in [b, m] {
+            assert!(i128::from(r.upper) - i128::from(r.lower) <= i128::from(r.min_rtt));
+        }
+    }
+}

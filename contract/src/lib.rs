@@ -87,6 +87,21 @@ pub mod layout {
         SYNC_RESULTS + index as u64 * SYNC_RESULT_SIZE
     }
 
+    /// The forced hand-off test's shared state ([`crate::handoff`]), one
+    /// page: the pair running and the two exchange lines.
+    pub const HANDOFF: u64 = 0x5_8000;
+    /// The forced hand-off test's results: one [`crate::HandoffResult`] per
+    /// ordered pair of vCPUs, [`crate::handoff::MAX_PAIRS`] of them.
+    pub const HANDOFF_RESULTS: u64 = 0x6_0000;
+
+    /// Guest physical address of ordered pair `pair`'s hand-off result.
+    pub const fn handoff_result(pair: u32) -> u64 {
+        HANDOFF_RESULTS + pair as u64 * crate::HANDOFF_RESULT_SIZE as u64
+    }
+
+    const _: () = assert!(sync_result(MAX_VCPUS) <= HANDOFF);
+    const _: () = assert!(HANDOFF + 0x1000 <= HANDOFF_RESULTS);
+    const _: () = assert!(handoff_result(crate::handoff::MAX_PAIRS) <= IMAGE);
     const _: () = assert!(WARP + 0x1000 <= SYNC);
     const _: () = assert!(SYNC + 0x1000 <= SYNC_RESULTS);
     const _: () = assert!(sync_result(MAX_VCPUS) <= IMAGE);
@@ -133,7 +148,7 @@ pub const CONFIG_MAGIC: u32 = 0x5453_4352; // "RCST" little-endian
 /// Written into [`RoundRecord::magic`] by the guest.
 pub const RECORD_MAGIC: u32 = 0x4443_5254; // "TRCD"
 /// Version of this contract; host and guest refuse to work with another.
-pub const CONTRACT_VERSION: u32 = 3;
+pub const CONTRACT_VERSION: u32 = 4;
 
 /// The rendezvous variants, by their Xen state. The discriminants travel in
 /// [`Config::variant`] and [`RoundRecord::variant`].
@@ -279,6 +294,13 @@ pub struct Config {
     /// [`Variant::LinuxTscSync`]: the window of any other AP (Linux: 2 ms),
     /// in TSC cycles.
     pub sync_window_cycles: u64,
+    // --- What the guest sees (appended). ---
+    /// Round mode: after every rendezvous, this many forced hand-off
+    /// exchanges per ordered pair of vCPU 0 with every other vCPU
+    /// ([`crate::handoff`]; results tagged with the round); 0: none.
+    pub handoff_exchanges: u32,
+    /// Reserved for what the guest reads of its clock, 0.
+    pub clock_flags: u32,
 }
 
 /// [`Config::flags`]: instead of `rounds` rendezvous, execute the host's
@@ -286,7 +308,7 @@ pub struct Config {
 pub const CONFIG_COMMAND_MODE: u32 = 1 << 0;
 
 /// Size of [`Config`] in bytes.
-pub const CONFIG_SIZE: usize = 64;
+pub const CONFIG_SIZE: usize = 72;
 const _: () = assert!(size_of::<Config>() == CONFIG_SIZE);
 const _: () = assert!(offset_of!(Config, vcpus) == 8);
 const _: () = assert!(offset_of!(Config, variant) == 16);
@@ -298,6 +320,8 @@ const _: () = assert!(offset_of!(Config, inject_iteration) == 36);
 const _: () = assert!(offset_of!(Config, inject_cycles) == 40);
 const _: () = assert!(offset_of!(Config, sync_first_window_cycles) == 48);
 const _: () = assert!(offset_of!(Config, sync_window_cycles) == 56);
+const _: () = assert!(offset_of!(Config, handoff_exchanges) == 64);
+const _: () = assert!(offset_of!(Config, clock_flags) == 68);
 
 impl Config {
     /// The bytes the host writes at [`layout::CONFIG`] (little-endian, x86).
@@ -321,6 +345,8 @@ impl Config {
         b[40..48].copy_from_slice(&self.inject_cycles.to_le_bytes());
         b[48..56].copy_from_slice(&self.sync_first_window_cycles.to_le_bytes());
         b[56..64].copy_from_slice(&self.sync_window_cycles.to_le_bytes());
+        b[64..68].copy_from_slice(&self.handoff_exchanges.to_le_bytes());
+        b[68..72].copy_from_slice(&self.clock_flags.to_le_bytes());
         b
     }
 }
@@ -530,6 +556,12 @@ pub enum Op {
     Warp = 5,
     /// Report [`ports::DONE`] and halt.
     Halt = 6,
+    /// The forced hand-off test on every vCPU ([`crate::handoff`]): `value`
+    /// exchanges per ordered pair, over every ordered pair when `arg` is
+    /// [`handoff::ALL_PAIRS`] (else the pairs of vCPU 0 with every other);
+    /// each pair's [`HandoffResult`], tagged with the command's number, goes
+    /// to [`layout::handoff_result`].
+    Handoff = 7,
 }
 
 impl Op {
@@ -543,6 +575,7 @@ impl Op {
             4 => Some(Op::Rendezvous),
             5 => Some(Op::Warp),
             6 => Some(Op::Halt),
+            7 => Some(Op::Handoff),
             _ => None,
         }
     }
@@ -606,6 +639,203 @@ impl CommandSlot {
             result_c: u64_at(32),
             result_d: u64_at(40),
         })
+    }
+}
+
+/// The forced hand-off test: which ordered pairs of vCPUs exchange, in
+/// which order. Pair `p` is run by its initiator `a`, which reads its TSC
+/// (t1) and publishes it; the responder `b` waits for it, reads its own TSC
+/// (t2) and replies; `a` reads again (t3). The pairs run one after another,
+/// every vCPU walking the same list.
+pub mod handoff {
+    /// [`crate::Op::Handoff`]'s `arg`: every ordered pair of vCPUs.
+    pub const ALL_PAIRS: u32 = 1;
+    /// The most ordered pairs one test can have (every ordered pair of up
+    /// to 91 vCPUs; the pairs of vCPU 0 with up to 512).
+    pub const MAX_PAIRS: u32 = 8192;
+
+    /// How many ordered pairs a test of `vcpus` vCPUs has: every ordered
+    /// pair (`all`) or vCPU 0 with every other vCPU in both directions;
+    /// `None` when that is more than [`MAX_PAIRS`].
+    pub const fn pairs(vcpus: u32, all: bool) -> Option<u32> {
+        let n = vcpus as u64;
+        let count = if n < 2 {
+            0
+        } else if all {
+            n * (n - 1)
+        } else {
+            2 * (n - 1)
+        };
+        if count > MAX_PAIRS as u64 {
+            None
+        } else {
+            Some(count as u32)
+        }
+    }
+
+    /// Pair `index`: (initiator, responder). Every ordered pair: initiator
+    /// `index / (N - 1)`, responders in increasing order; vCPU 0's pairs:
+    /// first (0, k) for k = 1..N, then (k, 0).
+    pub const fn pair(index: u32, vcpus: u32, all: bool) -> Option<(u32, u32)> {
+        let Some(count) = pairs(vcpus, all) else {
+            return None;
+        };
+        if index >= count {
+            return None;
+        }
+        let others = vcpus - 1;
+        if all {
+            let a = index / others;
+            let j = index % others;
+            Some((a, if j < a { j } else { j + 1 }))
+        } else if index < others {
+            Some((0, index + 1))
+        } else {
+            Some((index - others + 1, 0))
+        }
+    }
+}
+
+/// Written into [`HandoffResult::magic`] by the guest.
+pub const HANDOFF_MAGIC: u32 = 0x4648_4e48; // "HNHF"
+
+/// What one ordered pair (`a`, `b`) of the forced hand-off test saw,
+/// written by the initiator `a`. In each exchange `a` read t1, `b` read t2
+/// after seeing t1, `a` read t3 after seeing t2; all signed differences are
+/// wrapping. `b`'s TSC minus `a`'s (their relative offset) lies in
+/// `[lower, upper]` when each read is ordered after the load before it and
+/// both TSCs tick at one rate during the test.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HandoffResult {
+    /// [`HANDOFF_MAGIC`].
+    pub magic: u32,
+    /// The round (round mode) or the command's number (command mode).
+    pub tag: u32,
+    /// The initiator.
+    pub a: u32,
+    /// The responder.
+    pub b: u32,
+    /// Exchanges done.
+    pub exchanges: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// The shortest round trip t3 - t1, `a`'s cycles.
+    pub min_rtt: u64,
+    /// The longest round trip.
+    pub max_rtt: u64,
+    /// The largest t2 - t3 (as i64): the relative offset is at least this.
+    /// Positive: `a` read a TSC below the one `b` had read before (a
+    /// backwards step from `b` to `a`, by this much).
+    pub lower: i64,
+    /// The smallest t2 - t1 (as i64): the relative offset is at most this.
+    /// Negative: `b` read a TSC below the one `a` had read before (a
+    /// backwards step from `a` to `b`, by `-upper`).
+    pub upper: i64,
+    /// t2 - (t1 + t3) / 2 of the exchange with the shortest round trip.
+    pub best_mid: i64,
+}
+
+/// Size of [`HandoffResult`] in bytes: one cache line.
+pub const HANDOFF_RESULT_SIZE: usize = 64;
+const _: () = assert!(size_of::<HandoffResult>() == HANDOFF_RESULT_SIZE);
+const _: () = assert!(offset_of!(HandoffResult, exchanges) == 16);
+const _: () = assert!(offset_of!(HandoffResult, min_rtt) == 24);
+const _: () = assert!(offset_of!(HandoffResult, lower) == 40);
+const _: () = assert!(offset_of!(HandoffResult, best_mid) == 56);
+
+/// Why a [`HandoffResult`] the guest wrote cannot be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandoffError {
+    /// Not [`HANDOFF_MAGIC`] (raw): the pair's result was not written.
+    BadMagic(u32),
+    /// Written for another test (its tag, the one expected).
+    WrongTag(u32, u32),
+    /// Names another pair (its initiator and responder).
+    WrongPair(u32, u32),
+    /// Fewer exchanges than asked (done, asked).
+    Exchanges(u32, u32),
+    /// Its numbers contradict themselves (a round trip below its
+    /// shortest, or an interval narrower than the round trip allows).
+    Impossible(&'static str),
+}
+
+impl core::fmt::Display for HandoffError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            HandoffError::BadMagic(m) => write!(f, "bad magic {m:#x} (not written)"),
+            HandoffError::WrongTag(got, want) => {
+                write!(f, "written for test {got}, not {want} (stale)")
+            }
+            HandoffError::WrongPair(a, b) => write!(f, "names the pair ({a}, {b})"),
+            HandoffError::Exchanges(done, asked) => {
+                write!(f, "{done} of {asked} exchanges done")
+            }
+            HandoffError::Impossible(what) => write!(f, "impossible values: {what}"),
+        }
+    }
+}
+
+impl HandoffResult {
+    /// Decodes a result; `None` when `bytes` is shorter than
+    /// [`HANDOFF_RESULT_SIZE`].
+    pub fn from_bytes(bytes: &[u8]) -> Option<HandoffResult> {
+        let b = bytes.get(..HANDOFF_RESULT_SIZE)?;
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        Some(HandoffResult {
+            magic: u32_at(0),
+            tag: u32_at(4),
+            a: u32_at(8),
+            b: u32_at(12),
+            exchanges: u32_at(16),
+            reserved: u32_at(20),
+            min_rtt: u64_at(24),
+            max_rtt: u64_at(32),
+            lower: u64_at(40) as i64,
+            upper: u64_at(48) as i64,
+            best_mid: u64_at(56) as i64,
+        })
+    }
+
+    /// Checks a result the guest wrote for pair (`a`, `b`) of test `tag`
+    /// with `exchanges` exchanges asked. Every exchange's round trip is at
+    /// least the shortest, so `upper - lower` (the width of the offset's
+    /// interval) can be no more than the shortest round trip. A negative
+    /// width is not an error of the data: no constant offset fits the
+    /// exchanges, which is a finding.
+    pub fn validate(&self, a: u32, b: u32, tag: u32, exchanges: u32) -> Result<(), HandoffError> {
+        if self.magic != HANDOFF_MAGIC {
+            return Err(HandoffError::BadMagic(self.magic));
+        }
+        if self.tag != tag {
+            return Err(HandoffError::WrongTag(self.tag, tag));
+        }
+        if (self.a, self.b) != (a, b) {
+            return Err(HandoffError::WrongPair(self.a, self.b));
+        }
+        if self.exchanges != exchanges {
+            return Err(HandoffError::Exchanges(self.exchanges, exchanges));
+        }
+        if exchanges == 0 {
+            return Ok(());
+        }
+        if self.max_rtt < self.min_rtt {
+            return Err(HandoffError::Impossible(
+                "longest round trip below the shortest",
+            ));
+        }
+        let width = i128::from(self.upper) - i128::from(self.lower);
+        if width > i128::from(self.min_rtt) {
+            return Err(HandoffError::Impossible(
+                "offset interval wider than the shortest round trip",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -853,6 +1083,8 @@ mod tests {
             inject_cycles: 0x0102_0304_0506_0708,
             sync_first_window_cycles: 20_000_000,
             sync_window_cycles: 0x1112_1314_1516_1718,
+            handoff_exchanges: 0x2122_2324,
+            clock_flags: 0x3132_3334,
         };
         // SAFETY: Config is repr(C), integers only, no padding (size checked
         // at compile time), so every byte is initialised.
@@ -988,10 +1220,11 @@ mod tests {
             Op::Rendezvous,
             Op::Warp,
             Op::Halt,
+            Op::Handoff,
         ] {
             assert_eq!(Op::from_raw(op as u32), Some(op));
         }
-        assert_eq!(Op::from_raw(7), None);
+        assert_eq!(Op::from_raw(8), None);
         assert_eq!(
             layout::command(1) - layout::command(0),
             COMMAND_SLOT_SIZE as u64
@@ -1076,5 +1309,77 @@ mod tests {
                 assert!(a + alen <= b || b + blen <= a, "{a:#x} overlaps {b:#x}");
             }
         }
+    }
+
+    #[test]
+    fn handoff_pairs_cover_every_ordered_pair_once() {
+        for n in [0u32, 1, 2, 3, 5, 91] {
+            let all = handoff::pairs(n, true).expect("fits");
+            let mut seen = [[false; 91]; 91];
+            for p in 0..all {
+                let (a, b) = handoff::pair(p, n, true).expect("in range");
+                assert!(a != b && a < n && b < n);
+                assert!(!seen[a as usize][b as usize], "({a}, {b}) twice");
+                seen[a as usize][b as usize] = true;
+            }
+            assert_eq!(
+                u64::from(all),
+                u64::from(n) * u64::from(n.saturating_sub(1))
+            );
+            assert_eq!(handoff::pair(all, n, true), None);
+            let zero = handoff::pairs(n, false).expect("fits");
+            for p in 0..zero {
+                let (a, b) = handoff::pair(p, n, false).expect("in range");
+                assert!((a == 0) != (b == 0), "({a}, {b}) has vCPU 0 once");
+            }
+            assert_eq!(zero, 2 * n.saturating_sub(1));
+        }
+        assert_eq!(handoff::pairs(92, true), None, "92 * 91 > MAX_PAIRS");
+        assert_eq!(handoff::pairs(512, false), Some(1022));
+        assert_eq!(handoff::pair(0, 3, false), Some((0, 1)));
+        assert_eq!(handoff::pair(2, 3, false), Some((1, 0)));
+    }
+
+    #[test]
+    fn handoff_results_decode_and_validate() {
+        let r = HandoffResult {
+            magic: HANDOFF_MAGIC,
+            tag: 7,
+            a: 1,
+            b: 0,
+            exchanges: 4,
+            reserved: 0,
+            min_rtt: 100,
+            max_rtt: 300,
+            lower: -40,
+            upper: 50,
+            best_mid: 5,
+        };
+        // SAFETY: HandoffResult is repr(C) of integers only, no padding
+        // (its size is checked above): its bytes are a plain copy.
+        let raw: [u8; HANDOFF_RESULT_SIZE] = unsafe { core::mem::transmute_copy(&r) };
+        assert_eq!(HandoffResult::from_bytes(&raw), Some(r));
+        assert_eq!(
+            HandoffResult::from_bytes(&raw[..HANDOFF_RESULT_SIZE - 1]),
+            None
+        );
+        assert_eq!(r.validate(1, 0, 7, 4), Ok(()));
+        assert_eq!(r.validate(1, 0, 8, 4), Err(HandoffError::WrongTag(7, 8)));
+        assert_eq!(r.validate(0, 1, 7, 4), Err(HandoffError::WrongPair(1, 0)));
+        assert_eq!(r.validate(1, 0, 7, 5), Err(HandoffError::Exchanges(4, 5)));
+        let wide = HandoffResult { upper: 61, ..r };
+        assert!(matches!(
+            wide.validate(1, 0, 7, 4),
+            Err(HandoffError::Impossible(_))
+        ));
+        // No constant offset fits: a finding, not corrupt data.
+        let inverted = HandoffResult {
+            lower: 500,
+            upper: -500,
+            ..r
+        };
+        assert_eq!(inverted.validate(1, 0, 7, 4), Ok(()));
+        let blank = HandoffResult::default();
+        assert_eq!(blank.validate(1, 0, 7, 4), Err(HandoffError::BadMagic(0)));
     }
 }

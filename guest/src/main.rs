@@ -19,10 +19,12 @@ mod rt;
 
 use core::ptr::{read_volatile, write_volatile};
 use tsc_contract::{
-    layout, ports, progress_word, CommandSlot, Config, Inject, Op, PanicCode, RoundRecord, Variant,
-    CONFIG_COMMAND_MODE, CONFIG_MAGIC, CONTRACT_VERSION, PROGRESS_PAST_LOOP, RECORD_HAS_TSC_ADJUST,
-    RECORD_MAGIC, RECORD_NO_TSC_WRITE, RECORD_SYNC_RESULT,
+    handoff, layout, ports, progress_word, CommandSlot, Config, HandoffResult, Inject, Op,
+    PanicCode, RoundRecord, Variant, CONFIG_COMMAND_MODE, CONFIG_MAGIC, CONTRACT_VERSION,
+    PROGRESS_PAST_LOOP, RECORD_HAS_TSC_ADJUST, RECORD_MAGIC, RECORD_NO_TSC_WRITE,
+    RECORD_SYNC_RESULT,
 };
+use tsc_sync::handoff::{handoff_test, HandoffParams, HandoffShared};
 use tsc_sync::linux::{LinuxApResult, LinuxSummary};
 use tsc_sync::warp::{warp_test, WarpShared};
 use tsc_sync::{
@@ -119,6 +121,17 @@ extern "C" fn guest_main(index: u64) -> ! {
             rec.written = 1;
         }
         store_record(index, &rec);
+        if config.handoff_exchanges > 0 {
+            // What the guest sees right after the round: vCPU 0's pairs,
+            // read back by the host with this round's state.
+            let params = HandoffParams {
+                total: config.vcpus,
+                exchanges: config.handoff_exchanges,
+                all: false,
+                tag: round,
+            };
+            run_handoff(&mut ops, index, params);
+        }
         match corrupt {
             Inject::CorruptSize if hit => cpu::out16(ports::ROUND_DONE, round as u16),
             Inject::BadPort if hit => cpu::out32(Inject::BAD_PORT, round),
@@ -157,6 +170,41 @@ fn store_record(index: u32, r: &RoundRecord) {
         write_volatile(&raw mut (*p).tsc_after_loop, r.tsc_after_loop);
         write_volatile(&raw mut (*p).adjust_before, r.adjust_before);
         write_volatile(&raw mut (*p).adjust_after, r.adjust_after);
+    }
+}
+
+/// Runs the forced hand-off test on this vCPU; the pairs it initiates go to
+/// their result slots.
+fn run_handoff(ops: &mut cpu::Hw, index: u32, params: HandoffParams) {
+    // SAFETY: the hand-off page is guest RAM reserved for it, zeroed by the
+    // VMM before every round and every test while all vCPUs are parked;
+    // HandoffShared is made of atomics, so shared access is sound.
+    let shared: &HandoffShared = unsafe { &*(layout::HANDOFF as *const HandoffShared) };
+    handoff_test(shared, index, params, ops, store_handoff);
+}
+
+/// Writes pair `pair`'s hand-off result, one volatile store per field (no
+/// SSE moves: see [`store_record`]).
+fn store_handoff(pair: u32, r: &HandoffResult) {
+    if pair >= handoff::MAX_PAIRS {
+        return;
+    }
+    let p = layout::handoff_result(pair) as *mut HandoffResult;
+    // SAFETY: pair < MAX_PAIRS, so the slot is inside the results area of
+    // guest RAM (checked by the layout's assertions); each pair's slot is
+    // written by its initiator only.
+    unsafe {
+        write_volatile(&raw mut (*p).magic, r.magic);
+        write_volatile(&raw mut (*p).tag, r.tag);
+        write_volatile(&raw mut (*p).a, r.a);
+        write_volatile(&raw mut (*p).b, r.b);
+        write_volatile(&raw mut (*p).exchanges, r.exchanges);
+        write_volatile(&raw mut (*p).reserved, r.reserved);
+        write_volatile(&raw mut (*p).min_rtt, r.min_rtt);
+        write_volatile(&raw mut (*p).max_rtt, r.max_rtt);
+        write_volatile(&raw mut (*p).lower, r.lower);
+        write_volatile(&raw mut (*p).upper, r.upper);
+        write_volatile(&raw mut (*p).best_mid, r.best_mid);
     }
 }
 
@@ -308,6 +356,16 @@ fn command_loop(
                 let w: &WarpShared = unsafe { &*(layout::WARP as *const WarpShared) };
                 let out = warp_test(w, index, vcpus, cmd.value, ops);
                 (out.max_warp, out.warps, out.handoffs, out.shortest_handoff)
+            }
+            Some(Op::Handoff) => {
+                let params = HandoffParams {
+                    total: vcpus,
+                    exchanges: u32::try_from(cmd.value).unwrap_or(u32::MAX),
+                    all: cmd.arg == handoff::ALL_PAIRS,
+                    tag: seq,
+                };
+                run_handoff(ops, index, params);
+                (0, 0, 0, 0)
             }
             Some(Op::Halt) => {
                 cpu::out32(ports::DONE, seq);

@@ -37,6 +37,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub use tsc_contract::Variant;
 
+pub mod handoff;
 pub mod linux;
 pub mod warp;
 

@@ -9,6 +9,7 @@ use tsc_contract::{RecordError, RoundRecord, Variant};
 use crate::host::HostInfo;
 use crate::initial_skew::SkewError;
 use crate::stop::Signal;
+use crate::vstate::memory::HandoffReadError;
 use crate::vstate::sync_area::SyncError;
 use crate::vstate::{MemError, PoolError, VmError};
 use crate::watchdog::Stall;
@@ -45,6 +46,14 @@ pub enum RunError {
         /// What is wrong with the guest's result.
         #[source]
         error: SyncError,
+    },
+    /// in round (or command) {round}: {error}
+    Handoff {
+        /// The round or command.
+        round: u32,
+        /// What is wrong with the guest's hand-off results.
+        #[source]
+        error: HandoffReadError,
     },
     /// vCPU {vcpu}'s record of round {round} cannot be read from guest memory
     UnreadableRecord {

@@ -98,6 +98,11 @@ pub struct RunOptions {
     /// ahead of vCPU 0, set before the first round and verified by the
     /// readback ([`crate::skew`]); `None`: as the hypervisor starts them.
     pub initial_skew: Option<u64>,
+    /// `--guest-view EXCHANGES`: after every round the guest runs the
+    /// forced hand-off test (this many exchanges per pair of vCPU 0 with
+    /// every other vCPU, both directions), the fourth method of the
+    /// relative offsets; `None`: not run.
+    pub guest_view: Option<u32>,
 }
 
 impl Default for RunOptions {
@@ -114,6 +119,7 @@ impl Default for RunOptions {
             inject: None,
             sync_windows_ms: (FIRST_WINDOW_MS, WINDOW_MS),
             initial_skew: None,
+            guest_view: None,
         }
     }
 }

@@ -25,6 +25,7 @@
 
 mod accumulate;
 mod arith;
+pub mod guest_view;
 pub mod honoured;
 mod round;
 

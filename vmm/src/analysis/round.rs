@@ -72,6 +72,13 @@ pub struct VcpuResult {
     pub rel_offset_bracket: i64,
     /// Error bar of method (c), cycles.
     pub rel_offset_bracket_error: u64,
+    /// Offset relative to vCPU 0 as the guest saw it (`run --guest-view`,
+    /// method d): the midpoint of its interval; absent without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rel_offset_guest: Option<i64>,
+    /// Method (d)'s bound: half its interval, cycles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rel_offset_guest_error: Option<u64>,
     /// TSC frequency of this vCPU, kHz.
     pub tsc_khz: u32,
 }
@@ -127,6 +134,12 @@ pub struct RoundResult {
     pub skew_cycles_bracket: u64,
     /// Error bar of method (c).
     pub skew_cycles_bracket_error: u64,
+    /// The skew as the guest saw it (method d, `run --guest-view`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skew_cycles_guest: Option<u64>,
+    /// Method (d)'s error bar.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skew_cycles_guest_error: Option<u64>,
     /// Whether every decided vCPU's write took effect; None when none was
     /// decided or they differ.
     pub writes_honoured: Option<bool>,
@@ -197,6 +210,8 @@ pub fn analyse_round(
         skew_cycles_attr: attr_all.then(|| spread(vcpus.iter().filter_map(|v| v.rel_offset_attr))),
         skew_cycles_bracket: spread(vcpus.iter().map(|v| v.rel_offset_bracket)),
         skew_cycles_bracket_error: bracket_error.saturating_mul(2),
+        skew_cycles_guest: None,
+        skew_cycles_guest_error: None,
         writes_honoured: decision.verdict(),
         undecided_vcpus,
         skew_basis: base.basis,
@@ -285,6 +300,8 @@ fn analyse_vcpu(
         rel_offset_attr: None,
         rel_offset_bracket: 0,
         rel_offset_bracket_error: 0,
+        rel_offset_guest: None,
+        rel_offset_guest_error: None,
         tsc_khz: s.after.tsc_khz,
     }
 }
@@ -460,6 +477,8 @@ pub(crate) fn synthetic_round(round: u32, skew: u64, honoured: Option<bool>) -> 
         skew_cycles_attr: None,
         skew_cycles_bracket: 0,
         skew_cycles_bracket_error: 0,
+        skew_cycles_guest: None,
+        skew_cycles_guest_error: None,
         writes_honoured: honoured,
         undecided_vcpus: 0,
         skew_basis: SkewBasis::Offsets,

@@ -23,6 +23,9 @@ pub struct KvmBackend {
     pool: VcpuPool,
     /// The variant the guest's config names now.
     current: Variant,
+    /// Exchanges per pair of the guest's hand-off test after every round
+    /// (0: none).
+    guest_view: u32,
 }
 
 impl KvmBackend {
@@ -38,6 +41,7 @@ impl KvmBackend {
             command_mode: false,
             windows_ms: opts.sync_windows_ms,
             inject: opts.inject,
+            handoff_exchanges: opts.guest_view.unwrap_or(0),
             image: opts
                 .image
                 .as_deref()
@@ -51,6 +55,7 @@ impl KvmBackend {
         Ok(KvmBackend {
             pool: VcpuPool::start(machine, timeout, rounds)?,
             current: first,
+            guest_view: opts.guest_view.unwrap_or(0),
         })
     }
 }
@@ -88,6 +93,18 @@ impl Backend for KvmBackend {
             .then(|| sync_area::read(mem, vcpus))
             .transpose()
             .map_err(|error| RunError::Sync { round, error })?;
+        data.guest_view.clear();
+        if self.guest_view > 0 {
+            memory::read_handoff(
+                mem,
+                vcpus,
+                false,
+                round,
+                self.guest_view,
+                &mut data.guest_view,
+            )
+            .map_err(|error| RunError::Handoff { round, error })?;
+        }
         // Xen starts every calibration with a fresh shared state.
         memory::reset_rendezvous(mem)?;
         Ok(())

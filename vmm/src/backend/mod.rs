@@ -11,7 +11,7 @@ pub mod kvm;
 
 use std::time::Duration;
 
-use tsc_contract::{RoundRecord, Variant};
+use tsc_contract::{HandoffResult, RoundRecord, Variant};
 
 use crate::error::RunError;
 use crate::host::HostInfo;
@@ -30,6 +30,9 @@ pub struct RoundData {
     pub after: Vec<TscState>,
     /// Linux's results (`None` for the other variants).
     pub sync: Option<SyncRound>,
+    /// The guest's forced hand-off test after the round (`--guest-view`;
+    /// empty without it), every pair validated.
+    pub guest_view: Vec<HandoffResult>,
 }
 
 impl RoundData {
@@ -39,6 +42,7 @@ impl RoundData {
             records: Vec::with_capacity(vcpus),
             after: Vec::with_capacity(vcpus),
             sync: None,
+            guest_view: Vec::new(),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::report::{CheckOptions, Environment, Finding, SkewStats};
 use super::tally::RoundTally;
 use crate::error::RunError;
-use crate::session::WarpSeen;
+use crate::session::{Handoff, WarpSeen};
 use crate::tsc::TscState;
 use crate::units::cycles_to_ns;
 
@@ -30,6 +30,42 @@ pub struct WarpEvidence {
     pub after: Vec<TscState>,
 }
 
+/// The forced hand-off test after the warp test: every pair's result, the
+/// state it ran in, and its control.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HandoffEvidence {
+    /// What the guest saw.
+    pub test: Handoff,
+    /// Every vCPU's TSC state right after the test.
+    pub after: Vec<TscState>,
+    /// A known move of one vCPU's TSC and the test again.
+    pub control: Control,
+}
+
+/// The positive control of the hand-off test: one vCPU's TSC moved by a
+/// known amount, much larger than the round trip, and the test run again.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Control {
+    /// vCPU `vcpu`'s TSC was moved by `delta` cycles through `how`.
+    Moved {
+        /// The vCPU moved.
+        vcpu: u32,
+        /// The move asked for, cycles.
+        delta: u64,
+        /// How: `KVM_VCPU_TSC_OFFSET` or a guest TSC_ADJUST write.
+        how: &'static str,
+        /// How far its exact offset relative to vCPU 0 moved (`None`
+        /// without exact offsets).
+        exact_change: Option<i64>,
+        /// The test after the move.
+        test: Handoff,
+        /// Every vCPU's TSC state right after it.
+        after: Vec<TscState>,
+    },
+    /// No way to move a TSC on this host: what was tried and what it did.
+    Impossible(String),
+}
+
 /// Everything checks 1 and 3-6 judge.
 #[derive(Clone, Debug)]
 pub struct Evidence {
@@ -45,6 +81,8 @@ pub struct Evidence {
     pub later_read: Option<LaterRead>,
     /// The warp test (absent when stopped before).
     pub warp: Option<WarpEvidence>,
+    /// The forced hand-off test (absent when stopped before).
+    pub handoff: Option<HandoffEvidence>,
 }
 
 impl Evidence {

@@ -5,14 +5,15 @@
 
 use tsc_contract::{RoundRecord, Variant};
 
-use super::evidence::{Evidence, LaterRead, WarpEvidence};
+use super::evidence::{Control, Evidence, HandoffEvidence, LaterRead, WarpEvidence};
 use super::report::{CheckOptions, Environment};
 use super::tally::RoundTally;
 use crate::analysis::RoundAccumulator;
 use crate::error::RunError;
 use crate::host::HostInfo;
-use crate::session::Session;
-use crate::tsc::{host_rdtsc, TscState};
+use crate::session::{Handoff, Session};
+use crate::tsc::{host_rdtsc, TscState, MSR_IA32_TSC_ADJUST};
+use crate::units::fmt_int;
 use crate::vstate::vm;
 
 /// Measures the evidence. Fails only when not even the environment could be
@@ -31,6 +32,7 @@ pub fn measure(opts: &CheckOptions) -> Result<(Evidence, Option<RunError>), RunE
         tally: RoundTally::default(),
         later_read: None,
         warp: None,
+        handoff: None,
         initial,
     };
     let stopped = rounds_and_warp(&mut s, &mut ev).err();
@@ -61,5 +63,91 @@ fn rounds_and_warp(s: &mut Session, ev: &mut Evidence) -> Result<(), RunError> {
     let seen = s.warp(opts.warp_iterations)?;
     let after = s.readback()?;
     ev.warp = Some(WarpEvidence { seen, after });
+    if s.vcpus() >= 2 {
+        let test = s.handoff(opts.exchanges, true)?;
+        let after = s.readback()?;
+        let control = control(s, &test, &after)?;
+        ev.handoff = Some(HandoffEvidence {
+            test,
+            after,
+            control,
+        });
+    }
     Ok(())
+}
+
+/// The control's move: a hundred times the longest of the shortest round
+/// trips, at least 2^20 cycles (far beyond any bound the test could have),
+/// at most 2^40.
+pub fn control_delta(test: &Handoff) -> u64 {
+    let rtt = test.pairs.iter().map(|p| p.min_rtt).max().unwrap_or(0);
+    rtt.saturating_mul(100).clamp(1 << 20, 1 << 40)
+}
+
+/// The positive control: moves the last vCPU's TSC by [`control_delta`]
+/// through KVM_VCPU_TSC_OFFSET where KVM has it, else (or when that did not
+/// move it) through a guest TSC_ADJUST write where the guest has one, and
+/// runs the test again once a move took effect (or cannot be checked, for
+/// want of exact offsets). What did not move is said.
+fn control(s: &mut Session, test: &Handoff, after: &[TscState]) -> Result<Control, RunError> {
+    let v = s.vcpus() - 1;
+    let delta = control_delta(test);
+    let rel = |states: &[TscState]| -> Option<i64> {
+        let (o0, ov) = (states.first()?.offset?, states.get(v as usize)?.offset?);
+        Some(ov.wrapping_sub(o0) as i64)
+    };
+    let mut tried = Vec::new();
+    let before = rel(after);
+    let attempts: [(&'static str, bool); 2] = [
+        ("KVM_VCPU_TSC_OFFSET", s.has_offset_attr()),
+        ("a guest TSC_ADJUST write", s.guest_tsc_adjust()),
+    ];
+    for (how, possible) in attempts {
+        if !possible {
+            continue;
+        }
+        let now = s.readback()?;
+        let Some(state) = now.get(v as usize).copied() else {
+            break;
+        };
+        if how == "KVM_VCPU_TSC_OFFSET" {
+            let Some(offset) = state.offset else { continue };
+            s.host_set_offset(v, offset.wrapping_add(delta))?;
+        } else {
+            s.guest_wrmsr(v, MSR_IA32_TSC_ADJUST, state.adjust.wrapping_add(delta))?;
+        }
+        let moved_to = s.readback()?;
+        let exact_change = match (rel(&moved_to), rel(&now)) {
+            (Some(a), Some(b)) => Some(a.wrapping_sub(b)),
+            _ => None,
+        };
+        if exact_change == Some(0) {
+            tried.push(format!(
+                "{how} asked vCPU {v} to move by {} cycles and its exact offset did not move",
+                fmt_int(delta)
+            ));
+            continue;
+        }
+        let again = s.handoff(test.exchanges, test.all_pairs)?;
+        let after_again = s.readback()?;
+        // The change against the first test's state.
+        let exact_change = match (rel(&after_again), before) {
+            (Some(a), Some(b)) => Some(a.wrapping_sub(b)),
+            _ => None,
+        };
+        return Ok(Control::Moved {
+            vcpu: v,
+            delta,
+            how,
+            exact_change,
+            test: again,
+            after: after_again,
+        });
+    }
+    if tried.is_empty() {
+        tried.push(
+            "this KVM has no KVM_VCPU_TSC_OFFSET and the guest no IA32_TSC_ADJUST".to_string(),
+        );
+    }
+    Ok(Control::Impossible(tried.join("; ")))
 }

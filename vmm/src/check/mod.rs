@@ -18,9 +18,11 @@
 mod adjust_offset;
 pub mod baseline;
 pub mod evidence;
+mod handoff;
 mod judge;
 pub mod junit;
 pub mod ktap;
+mod lock_order;
 mod measure;
 mod report;
 mod same_start;
@@ -39,7 +41,7 @@ use std::time::Instant;
 use crate::error::RunError;
 
 pub use evidence::{Check, Context};
-pub use report::{CheckOptions, CheckReport, CheckResult, Counts, SCHEMA};
+pub use report::{CheckOptions, CheckReport, CheckResult, Counts, DEFAULT_EXCHANGES, SCHEMA};
 pub use text::render_text;
 
 /// Every check, in report order.

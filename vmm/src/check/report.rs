@@ -190,6 +190,10 @@ pub struct CheckOptions {
     pub variant: Variant,
     /// Iterations of the warp test per vCPU.
     pub warp_iterations: u64,
+    /// Exchanges per ordered pair of the forced hand-off test (check 5).
+    /// Missing in results of earlier versions: the default.
+    #[serde(default = "default_exchanges")]
+    pub exchanges: u32,
     /// Check 6's limit in ns (median and p99).
     pub max_skew_ns: Option<f64>,
     /// Check 6's limit in cycles (median and p99).
@@ -197,6 +201,13 @@ pub struct CheckOptions {
     /// The whole check must finish within this.
     #[serde(rename = "timeout_secs", with = "duration_secs")]
     pub timeout: Duration,
+}
+
+/// Exchanges per ordered pair of the forced hand-off test by default.
+pub const DEFAULT_EXCHANGES: u32 = 200;
+
+fn default_exchanges() -> u32 {
+    DEFAULT_EXCHANGES
 }
 
 /// A [`Variant`] as its name in JSON.
@@ -341,6 +352,7 @@ pub(crate) mod tests {
                 rounds: 1,
                 variant: Variant::XenHead,
                 warp_iterations: 1,
+                exchanges: 1,
                 max_skew_ns: None,
                 max_skew_cycles: None,
                 timeout: Duration::from_secs(1),

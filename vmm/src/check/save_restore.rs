@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::evidence::{Check, Context, Evidence};
 use super::judge::context;
+use super::lock_order;
 use super::report::{Finding, Verdict};
-use super::warp;
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 use crate::restore::{self, Method, MethodOptions, MethodReport, RestoreError, Step, Support};
@@ -133,7 +133,7 @@ pub fn judge(r: &MethodReport, vcpus: u32, flavor: KvmFlavor) -> Finding {
     guest_time(r, passed, &mut fails);
     clock_findings(r, &mut fails, &mut open);
     let skew = r.skew_after_cycles.unwrap_or(0);
-    let w = warp::judge(
+    let w = lock_order::judge(
         vcpus,
         r.warp.map_or(0, |w| w.iterations_per_vcpu),
         r.warp_seen.as_deref().unwrap_or(&[]),

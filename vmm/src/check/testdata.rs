@@ -35,6 +35,8 @@ pub fn vcpu(id: u32, adj: i64, off: Option<i64>, jump: Option<bool>) -> VcpuResu
         rel_offset_attr: None,
         rel_offset_bracket: 0,
         rel_offset_bracket_error: 0,
+        rel_offset_guest: None,
+        rel_offset_guest_error: None,
         tsc_khz: 1_000_000,
     }
 }

@@ -15,7 +15,7 @@ use super::args::{
 };
 use super::common::{cannot_run, install_stop_handlers, Exit};
 use crate::check::baseline::DEFAULT_TOLERANCE;
-use crate::check::{self, baseline, junit, ktap, CheckOptions};
+use crate::check::{self, baseline, junit, ktap, CheckOptions, DEFAULT_EXCHANGES};
 use crate::options::default_timeout;
 use crate::output;
 use crate::stop;
@@ -35,9 +35,15 @@ pub struct CheckArgs {
     #[arg(long, default_value = "xen-head", value_parser = parse_one_variant)]
     pub variant: Variant,
 
-    /// Iterations of the guest warp test per vCPU.
+    /// Iterations of the guest's lock-ordered warp test per vCPU.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub warp_iterations: u64,
+
+    /// Exchanges per ordered pair of vCPUs in the forced hand-off test
+    /// (check 5): each pair's initiator reads its TSC and hands it over, the
+    /// responder reads its own and replies, the initiator reads again.
+    #[arg(long, default_value_t = DEFAULT_EXCHANGES, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub exchanges: u32,
 
     /// Check 6 fails when the median or p99 skew exceeds this many ns.
     #[arg(long, value_name = "NS", value_parser = parse_positive)]
@@ -111,6 +117,7 @@ fn check(args: &CheckArgs) -> Result<Exit, Exit> {
         rounds: args.rounds,
         variant: args.variant,
         warp_iterations: args.warp_iterations,
+        exchanges: args.exchanges,
         max_skew_ns: args.max_skew_ns,
         max_skew_cycles: args.max_skew_cycles,
         timeout: args.timeout(),

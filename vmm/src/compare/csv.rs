@@ -119,6 +119,8 @@ mod tests {
             rel_offset_attr: None,
             rel_offset_bracket: 0,
             rel_offset_bracket_error: 0,
+            rel_offset_guest: None,
+            rel_offset_guest_error: None,
             tsc_khz: 1,
         }
     }
@@ -140,6 +142,8 @@ mod tests {
                 skew_cycles_attr: None,
                 skew_cycles_bracket: 0,
                 skew_cycles_bracket_error: 0,
+                skew_cycles_guest: None,
+                skew_cycles_guest_error: None,
                 writes_honoured: None,
                 undecided_vcpus: 0,
                 skew_basis: SkewBasis::Creation,

@@ -195,6 +195,7 @@ impl Measurement {
             round_timeout: by_time.map(|b| b.round_timeout),
             image: opts.image.clone(),
             inject: opts.inject,
+            guest_view: None,
         };
         let mut round_in_vm = 0u32;
         let mut measured_here = 0u32;

@@ -139,6 +139,8 @@ mod tests {
             skew_cycles_attr: None,
             skew_cycles_bracket: 0,
             skew_cycles_bracket_error: 0,
+            skew_cycles_guest: None,
+            skew_cycles_guest_error: None,
             writes_honoured: Some(false),
             undecided_vcpus: 0,
             skew_basis: crate::analysis::SkewBasis::Offsets,

@@ -144,21 +144,38 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
             "  Typical round (#{}, skew nearest the median): {what}",
             r.round
         );
+        // Method (d), the guest's own view, where the run measured it.
+        let guest = r.vcpus.iter().any(|c| c.rel_offset_guest.is_some());
         let _ = writeln!(
             out,
-            "    {:>4} {:>16} {:>14} {:>14} {:>12} {:>20} {:>12}",
+            "    {:>4} {:>16} {:>14} {:>14} {:>12} {:>20} {:>12}{}",
             "vCPU",
             "TSC_ADJUST delta",
             "offset delta",
             "rel. (a)",
             "rel. (b)",
             "rel. (c) ± err",
-            "exit cycles"
+            "exit cycles",
+            if guest {
+                format!(" {:>20}", "rel. (d) ± err")
+            } else {
+                String::new()
+            }
         );
         for c in &r.vcpus {
+            let d = match (guest, c.rel_offset_guest, c.rel_offset_guest_error) {
+                (false, _, _) => String::new(),
+                (true, Some(o), Some(e)) => {
+                    format!(
+                        " {:>20}",
+                        format!("{} ± {}", fmt_num(o as f64), fmt_num(e as f64))
+                    )
+                }
+                (true, _, _) => format!(" {:>20}", "n/a"),
+            };
             let _ = writeln!(
                 out,
-                "    {:>4} {:>16} {:>14} {:>14} {:>12} {:>20} {:>12}",
+                "    {:>4} {:>16} {:>14} {:>14} {:>12} {:>20} {:>12}{d}",
                 c.id,
                 fmt_num(c.tsc_adjust_delta as f64),
                 c.offset_delta.map_or("n/a".into(), |d| fmt_num(d as f64)),
@@ -334,6 +351,18 @@ fn render_rest(mut out: String, r: &Report, threads: bool) -> String {
              (a); the exit time runs from the\nfinal TSC write to after the loop (the seed's \
              metric; n/a for variants without a common write)."
         );
+        let guest = r.runs.iter().any(|v| {
+            v.typical
+                .as_ref()
+                .is_some_and(|t| t.vcpus.iter().any(|c| c.rel_offset_guest.is_some()))
+        });
+        if guest {
+            let _ = writeln!(
+                out,
+                "(d) is what the guest saw (--guest-view): the offset bounded by forced \
+                 hand-offs with vCPU 0\nright after the round, ± half its interval."
+            );
+        }
     }
     for v in &r.runs {
         variant_section(&mut out, v, h);

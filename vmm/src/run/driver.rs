@@ -8,7 +8,7 @@ use tsc_contract::Variant;
 
 use super::facts::RunFacts;
 use super::schedule::Schedule;
-use crate::analysis::{RoundAccumulator, RoundResult};
+use crate::analysis::{guest_view, RoundAccumulator, RoundResult};
 use crate::backend::{Backend, RoundData};
 use crate::error::{Failure, RunError};
 use crate::host::HostInfo;
@@ -113,7 +113,10 @@ impl Driver<'_> {
         self.rearm(backend);
         backend.run_round(round, variant, data)?;
         RunError::check_records(&data.records, round, variant)?;
-        let result = acc.add(round, variant, &data.records, &data.after, data.sync.take());
+        let mut result = acc.add(round, variant, &data.records, &data.after, data.sync.take());
+        if !data.guest_view.is_empty() {
+            guest_view::apply(&mut result, &data.guest_view);
+        }
         for d in &result.disagreements {
             log::warn!("round {round}: {d}");
         }

@@ -6,7 +6,7 @@ mod seen;
 
 use std::time::Duration;
 
-use tsc_contract::{CommandSlot, Op, RoundRecord, Variant};
+use tsc_contract::{handoff, CommandSlot, Op, RoundRecord, Variant};
 use vm_memory::GuestMemoryMmap;
 
 use crate::error::RunError;
@@ -16,7 +16,7 @@ use crate::vstate::vcpu::Command;
 use crate::vstate::vm::{self, Vm, VmSpec};
 use crate::vstate::{memory, Saved, VcpuPool};
 
-pub use seen::WarpSeen;
+pub use seen::{Handoff, WarpSeen};
 
 /// A running command-mode VM. Dropping it stops every vCPU.
 pub struct Session {
@@ -107,9 +107,11 @@ impl Session {
     /// Executes one command per vCPU (`cmds[i]` on vCPU i, [`Op::Nop`] for the
     /// rest) and returns the slots with the guest's results.
     pub fn exec(&mut self, cmds: &[CommandSlot]) -> Result<Vec<CommandSlot>, RunError> {
-        let needs_reset = cmds
-            .iter()
-            .any(|c| c.op == Op::Rendezvous as u32 || c.op == Op::Warp as u32);
+        let needs_reset = cmds.iter().any(|c| {
+            [Op::Rendezvous, Op::Warp, Op::Handoff]
+                .map(|o| o as u32)
+                .contains(&c.op)
+        });
         let mem = self.pool.mem();
         if needs_reset {
             memory::reset_rendezvous(mem)?;
@@ -225,6 +227,37 @@ impl Session {
             .collect())
     }
 
+    /// The forced hand-off test on every vCPU ([`tsc_contract::handoff`]):
+    /// `exchanges` exchanges per ordered pair, over every ordered pair when
+    /// `all` (and the layout holds them; else vCPU 0's pairs: see
+    /// [`Handoff::all_pairs`]), each pair's result validated.
+    pub fn handoff(&mut self, exchanges: u32, all: bool) -> Result<Handoff, RunError> {
+        let all = all && handoff::pairs(self.vcpus(), true).is_some();
+        // The guest tags the results with the command's number.
+        let tag = self.seq;
+        self.exec_all(CommandSlot {
+            op: Op::Handoff as u32,
+            arg: if all { handoff::ALL_PAIRS } else { 0 },
+            value: u64::from(exchanges),
+            ..Default::default()
+        })?;
+        let mut pairs = Vec::new();
+        memory::read_handoff(
+            self.pool.mem(),
+            self.vcpus(),
+            all,
+            tag,
+            exchanges,
+            &mut pairs,
+        )
+        .map_err(|error| RunError::Handoff { round: tag, error })?;
+        Ok(Handoff {
+            exchanges,
+            all_pairs: all,
+            pairs,
+        })
+    }
+
     /// Every vCPU's TSC state as KVM reports it.
     pub fn readback(&mut self) -> Result<Vec<TscState>, RunError> {
         Ok(self.pool.readback(self.seq)?)
@@ -238,6 +271,12 @@ impl Session {
     /// Host KVM_GET_MSRS of one MSR on `vcpu`.
     pub fn host_get_msr(&mut self, vcpu: u32, msr: u32) -> Result<u64, RunError> {
         Ok(self.pool.msr(vcpu, Command::GetMsr(msr), self.seq)?)
+    }
+
+    /// Host KVM_SET_DEVICE_ATTR(KVM_VCPU_TSC_OFFSET) on `vcpu`.
+    pub fn host_set_offset(&mut self, vcpu: u32, offset: u64) -> Result<(), RunError> {
+        self.pool.msr(vcpu, Command::SetOffset(offset), self.seq)?;
+        Ok(())
     }
 
     /// Host KVM_SET_MSRS of one MSR on `vcpu`.

@@ -1,5 +1,8 @@
 //! What the guest reports of the commands that measure across vCPUs, decoded
-//! from its command slots: what each vCPU saw in the warp test.
+//! from guest memory: what each vCPU saw in the lock-ordered warp test, and
+//! what every pair saw in the forced hand-off test.
+
+use tsc_contract::HandoffResult;
 
 /// What one vCPU saw in the warp test.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -13,4 +16,16 @@ pub struct WarpSeen {
     /// The shortest forward step across such a hand-off, cycles (`None`:
     /// none).
     pub shortest_handoff: Option<u64>,
+}
+
+/// What one forced hand-off test saw: every pair's result, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handoff {
+    /// Exchanges per ordered pair.
+    pub exchanges: u32,
+    /// Whether every ordered pair ran (else vCPU 0's pairs only: more
+    /// vCPUs than the layout holds pairs for).
+    pub all_pairs: bool,
+    /// Every pair's result, in the test's pair order.
+    pub pairs: Vec<HandoffResult>,
 }

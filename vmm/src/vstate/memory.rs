@@ -5,8 +5,10 @@
 //! is read is untrusted and decoded with checks by whoever uses it.
 
 use tsc_contract::{
-    layout, CommandSlot, Config, RoundRecord, Variant, COMMAND_SLOT_SIZE, RECORD_SIZE,
+    handoff, layout, CommandSlot, Config, HandoffError, HandoffResult, RoundRecord, Variant,
+    COMMAND_SLOT_SIZE, HANDOFF_RESULT_SIZE, RECORD_SIZE,
 };
+use tsc_sync::handoff::HANDOFF_SHARED_SIZE;
 use tsc_sync::SHARED_SIZE;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -45,7 +47,8 @@ pub fn set_variant(mem: &GuestMemoryMmap, variant: Variant) -> Result<(), MemErr
 }
 
 /// Zeroes the rendezvous' shared state: Xen starts every calibration with a
-/// fresh one; and Linux's sync's (all vCPUs must be parked).
+/// fresh one; and Linux's sync's and the hand-off test's (all vCPUs must be
+/// parked).
 pub fn reset_rendezvous(mem: &GuestMemoryMmap) -> Result<(), MemError> {
     mem.write_slice(&[0u8; SHARED_SIZE], GuestAddress(layout::RENDEZVOUS))
         .and_then(|()| {
@@ -54,7 +57,66 @@ pub fn reset_rendezvous(mem: &GuestMemoryMmap) -> Result<(), MemError> {
                 GuestAddress(layout::SYNC),
             )
         })
+        .and_then(|()| mem.write_slice(&[0u8; HANDOFF_SHARED_SIZE], GuestAddress(layout::HANDOFF)))
         .map_err(mem_err)
+}
+
+/// Why the hand-off test's results cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoffReadError {
+    /// A guest memory read failed.
+    #[error("{0}")]
+    Memory(#[from] MemError),
+    /// A pair's result is not what the test asked for.
+    #[error("the hand-off result of pair ({a}, {b}) is invalid: {error}")]
+    Invalid {
+        /// The initiator.
+        a: u32,
+        /// The responder.
+        b: u32,
+        /// What is wrong with it.
+        error: HandoffError,
+    },
+    /// The test cannot have this many pairs.
+    #[error("{vcpus} vCPUs have more ordered pairs than the layout holds ({max})")]
+    TooManyPairs {
+        /// vCPUs.
+        vcpus: u32,
+        /// The layout's limit.
+        max: u32,
+    },
+}
+
+/// Reads and validates every pair's result of the hand-off test tagged `tag`
+/// on `vcpus` vCPUs (every ordered pair when `all`, else vCPU 0's) with
+/// `exchanges` exchanges each, into `out` in pair order.
+pub fn read_handoff(
+    mem: &GuestMemoryMmap,
+    vcpus: u32,
+    all: bool,
+    tag: u32,
+    exchanges: u32,
+    out: &mut Vec<HandoffResult>,
+) -> Result<(), HandoffReadError> {
+    out.clear();
+    let pairs = handoff::pairs(vcpus, all).ok_or(HandoffReadError::TooManyPairs {
+        vcpus,
+        max: handoff::MAX_PAIRS,
+    })?;
+    for p in 0..pairs {
+        let Some((a, b)) = handoff::pair(p, vcpus, all) else {
+            break;
+        };
+        let mut buf = [0u8; HANDOFF_RESULT_SIZE];
+        mem.read_slice(&mut buf, GuestAddress(layout::handoff_result(p)))
+            .map_err(mem_err)?;
+        let r = HandoffResult::from_bytes(&buf)
+            .ok_or_else(|| MemError("short hand-off result".into()))?;
+        r.validate(a, b, tag, exchanges)
+            .map_err(|error| HandoffReadError::Invalid { a, b, error })?;
+        out.push(r);
+    }
+    Ok(())
 }
 
 /// Reads the rendezvous semaphore (for diagnostics).

@@ -370,8 +370,9 @@ impl VcpuPool {
             .collect()
     }
 
-    /// A host MSR access on one parked vCPU: [`Command::GetMsr`] returns the
-    /// value read, [`Command::SetMsr`] the value written.
+    /// A host access on one parked vCPU: [`Command::GetMsr`] returns the
+    /// value read, [`Command::SetMsr`] and [`Command::SetOffset`] the value
+    /// written.
     pub fn msr(&mut self, vcpu: u32, cmd: Command, round: u32) -> Result<u64, PoolError> {
         let Some(tx) = self.commands.get(vcpu as usize) else {
             return Err(PoolError::Lost(vcpu));

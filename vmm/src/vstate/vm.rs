@@ -121,6 +121,9 @@ pub struct VmSpec<'a> {
     pub windows_ms: (u64, u64),
     /// A fault the guest injects (testing).
     pub inject: Option<Injection>,
+    /// Round mode: exchanges per pair of the hand-off test after every
+    /// round (0: none).
+    pub handoff_exchanges: u32,
     /// The guest image (an ELF).
     pub image: &'a [u8],
 }
@@ -147,6 +150,7 @@ impl VmSpec<'static> {
             command_mode: true,
             windows_ms: (FIRST_WINDOW_MS, WINDOW_MS),
             inject: None,
+            handoff_exchanges: 0,
             image: guest_image::EMBEDDED,
         }
     }
@@ -255,6 +259,7 @@ fn config(spec: &VmSpec<'_>, windows: Windows) -> Config {
         },
         sync_first_window_cycles: windows.first_cycles,
         sync_window_cycles: windows.cycles,
+        handoff_exchanges: spec.handoff_exchanges,
         ..Config::default()
     };
     if let Some(inj) = &spec.inject {

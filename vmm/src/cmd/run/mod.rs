@@ -132,6 +132,15 @@ pub struct RunArgs {
     /// applied or verified the command says why and exits 2.
     #[arg(long, value_name = "CYCLES", value_parser = parse_initial_skew)]
     pub initial_skew: Option<u64>,
+
+    /// What the guest sees (method d): after every round, vCPU 0 and every
+    /// other vCPU hand TSC readings back and forth EXCHANGES times in each
+    /// direction (default 16), which bounds each vCPU's offset relative to
+    /// vCPU 0 as the guest sees it; cross-checked with the exact offsets and
+    /// the bracketed reads of the same moment. KVM only.
+    #[arg(long, value_name = "EXCHANGES", num_args = 0..=1, default_missing_value = "16",
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub guest_view: Option<u32>,
 }
 
 impl Default for RunArgs {
@@ -150,6 +159,7 @@ impl Default for RunArgs {
             inject: None,
             linux_windows: (FIRST_WINDOW_MS, WINDOW_MS),
             initial_skew: None,
+            guest_view: None,
         }
     }
 }
@@ -168,6 +178,12 @@ impl RunArgs {
     pub fn validate(&self) -> Result<(), String> {
         if self.backend == Backend::Host {
             host_backend_refuses(self.guest.is_some(), self.inject.is_some())?;
+            if self.guest_view.is_some() {
+                return Err(
+                    "--guest-view runs the hand-off test in the guest: use it with --backend kvm"
+                        .into(),
+                );
+            }
         }
         match &self.inject {
             Some(inj) => inj.check(self.vcpus, self.max_rounds()),
@@ -467,6 +483,7 @@ fn one_variant(
         inject: args.inject,
         sync_windows_ms: args.linux_windows,
         initial_skew: args.initial_skew,
+        guest_view: args.guest_view,
     };
     log::info!(
         "running {} on {} vCPUs ({} backend), {}",

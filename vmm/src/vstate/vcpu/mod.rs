@@ -41,6 +41,9 @@ pub enum Command {
     GetMsr(u32),
     /// Write one MSR through KVM_SET_MSRS, as the host (the vCPU is parked).
     SetMsr(u32, u64),
+    /// Set the vCPU's TSC offset through KVM_VCPU_TSC_OFFSET (the vCPU is
+    /// parked).
+    SetOffset(u64),
     /// Complete the pending port I/O and save the vCPU's state for a
     /// snapshot (the vCPU is parked; see [`state`]).
     Save,
@@ -78,7 +81,8 @@ pub enum Event {
         /// Its state, or why it could not be read.
         state: Result<TscState, TscError>,
     },
-    /// The answer to [`Command::GetMsr`] and [`Command::SetMsr`] (the value
+    /// The answer to [`Command::GetMsr`], [`Command::SetMsr`] and
+    /// [`Command::SetOffset`] (the value
     /// read, or the value written).
     Msr {
         /// The vCPU.
@@ -198,6 +202,13 @@ impl VcpuThread {
                     Event::Msr {
                         vcpu: self.index,
                         value: tsc::set_msr(&self.fd, index, value).map(|()| value),
+                    },
+                    false,
+                ),
+                Command::SetOffset(offset) => (
+                    Event::Msr {
+                        vcpu: self.index,
+                        value: tsc::set_offset(&self.fd, offset).map(|()| offset),
                     },
                     false,
                 ),
