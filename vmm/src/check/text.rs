@@ -2,7 +2,12 @@
 
 use std::fmt::Write as _;
 
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
 use super::report::{CheckReport, Verdict};
+use crate::units::fmt_int;
 
 /// Renders the report for a terminal.
 pub fn render_text(r: &CheckReport) -> String {
@@ -44,11 +49,13 @@ pub fn render_text(r: &CheckReport) -> String {
     let o = &r.options;
     let _ = writeln!(
         out,
-        "\nChecks ({} vCPUs, {} rounds of {}, warp test {} iterations per vCPU)",
+        "\nChecks ({} vCPUs, {} rounds of {}, warp test {} iterations per vCPU, hand-off test {} \
+         exchanges per pair)",
         o.vcpus,
         o.rounds,
         o.variant.name(),
-        o.warp_iterations
+        o.warp_iterations,
+        o.exchanges
     );
     if let Some(why) = &r.incomplete {
         let _ = writeln!(
@@ -69,6 +76,9 @@ pub fn render_text(r: &CheckReport) -> String {
             let tag = if b.regressed { "REGRESSED" } else { "baseline" };
             let _ = writeln!(out, "         {tag}: {}", b.reason);
         }
+    }
+    if let Some(c) = r.checks.iter().find(|c| c.id == "warp") {
+        pairs_table(&mut out, &c.values);
     }
     let n = &r.counts;
     let _ = writeln!(
@@ -94,4 +104,64 @@ pub fn render_text(r: &CheckReport) -> String {
         );
     }
     out
+}
+
+/// Check 5's evidence per ordered pair, and its control, when measured.
+fn pairs_table(out: &mut String, values: &BTreeMap<String, Value>) {
+    let Some(pairs) = values.get("pairs").and_then(Value::as_array) else {
+        return;
+    };
+    if pairs.is_empty() {
+        return;
+    }
+    let num = |v: &Value| v.as_i64().map_or_else(|| "n/a".into(), fmt_int);
+    let _ = writeln!(
+        out,
+        "\nCheck 5, what the guest saw per ordered pair (cycles; the responder's TSC minus the \
+         initiator's)"
+    );
+    let _ = writeln!(
+        out,
+        "  {:>6} {:>9} {:>12} {:>26} {:>14} {:>12} {:>12}",
+        "pair",
+        "exchanges",
+        "shortest RTT",
+        "guest-seen offset ± bound",
+        "exact",
+        "back a->b",
+        "back b->a"
+    );
+    for p in pairs {
+        let seen = match p["guest_bound_cycles"].as_u64() {
+            Some(b) => format!("{} ± {}", num(&p["guest_offset_cycles"]), fmt_int(b)),
+            None => "none fits".into(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:>6} {:>9} {:>12} {:>26} {:>14} {:>12} {:>12}",
+            format!("{},{}", p["a"], p["b"]),
+            num(&p["exchanges"]),
+            num(&p["shortest_round_trip_cycles"]),
+            seen,
+            num(&p["exact_offset_cycles"]),
+            num(&p["backwards_a_to_b_cycles"]),
+            num(&p["backwards_b_to_a_cycles"])
+        );
+    }
+    if let Some(c) = values.get("control") {
+        let outcome = c["outcome"].as_str().unwrap_or("?");
+        let detail = match c["why"].as_str() {
+            Some(why) => why.to_string(),
+            None => format!(
+                "vCPU {} moved by {} cycles through {}; exact change {}; the guest saw {}..{}",
+                c["vcpu"],
+                num(&c["delta_cycles"]),
+                c["method"].as_str().unwrap_or("?"),
+                num(&c["exact_change_cycles"]),
+                num(&c["guest_change_lower_cycles"]),
+                num(&c["guest_change_upper_cycles"])
+            ),
+        };
+        let _ = writeln!(out, "  control: {outcome}: {detail}");
+    }
 }
