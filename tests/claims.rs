@@ -321,6 +321,7 @@ fn options(variants: Vec<Variant>, rounds: u32) -> CompareOptions {
         backend: tsc_vmm::Backend::Kvm,
         sync_windows_ms: (20, 2),
         initial_skew: None,
+        kvmclock: false,
         inject: None,
     }
 }

@@ -69,7 +69,7 @@ fn f(v: &Value, path: &[&str]) -> f64 {
 }
 
 // ---------------------------------------------------------------------------
-// An independent implementation of the statistics the README documents.
+// An independent implementation of the statistics docs/compare.md documents.
 
 /// The documented summary of a metric: n, min, median, mean, p10, p90, p99,
 /// max, sample standard deviation.
@@ -132,17 +132,15 @@ fn assert_summary(summary: &Value, values: Vec<f64>, what: &str) {
 // ---------------------------------------------------------------------------
 // The CSV, parsed by name.
 
-/// The columns the README documents, in order: "`--csv FILE` the raw data,
-/// one row per measured round and vCPU (`seq, vm, ..., disagreements`".
+/// The columns the documentation (docs/compare.md) lists, in order: "`--csv
+/// FILE` the raw data, one row per measured round and vCPU (`seq, vm, ...,
+/// disagreements`".
 fn documented_columns() -> Vec<String> {
-    let readme = include_str!("../README.md")
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
+    let readme = common::docs::flat();
     let key = "one row per measured round and vCPU (`";
     let at = readme
         .find(key)
-        .expect("the README documents the CSV columns")
+        .expect("the documentation lists the CSV columns")
         + key.len();
     let list = &readme[at..at + readme[at..].find('`').expect("a closing backtick")];
     list.split(',').map(|c| c.trim().to_string()).collect()
@@ -171,7 +169,7 @@ fn read_csv(path: &Path) -> Vec<Row> {
     assert_eq!(
         header,
         documented_columns(),
-        "the CSV's columns are the README's, in its order"
+        "the CSV's columns are the documented ones, in their order"
     );
     lines
         .map(|l| {
@@ -244,7 +242,7 @@ fn rounds_of(rows: &[Row], vcpus: u32) -> Vec<&[Row]> {
     rounds
 }
 
-/// Every CSV column against its definition (README "Outputs", the
+/// Every CSV column against its definition (docs/compare.md "Outputs", the
 /// module docs of `compare --csv`) and against the JSON document.
 /// Returns how many rounds' skew it could check against the TSC_ADJUST
 /// deltas.

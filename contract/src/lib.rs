@@ -99,9 +99,32 @@ pub mod layout {
         HANDOFF_RESULTS + pair as u64 * crate::HANDOFF_RESULT_SIZE as u64
     }
 
+    /// Per-vCPU kvmclock pages (`pvclock_vcpu_time_info`, 32 bytes each,
+    /// 32-byte aligned) that the guest registers with
+    /// [`crate::MSR_KVM_SYSTEM_TIME_NEW`].
+    pub const PVCLOCK: u64 = 0xE_0000;
+    /// Size of one vCPU's kvmclock page.
+    pub const PVCLOCK_SIZE: u64 = 32;
+    /// Per-vCPU [`crate::ClockRecord`]s: what the vCPU's kvmclock did
+    /// around its last TSC write.
+    pub const CLOCK_RECORDS: u64 = 0xE_4000;
+
+    /// Guest physical address of vCPU `index`'s kvmclock page.
+    pub const fn pvclock(index: u32) -> u64 {
+        PVCLOCK + index as u64 * PVCLOCK_SIZE
+    }
+
+    /// Guest physical address of vCPU `index`'s clock record.
+    pub const fn clock_record(index: u32) -> u64 {
+        CLOCK_RECORDS + index as u64 * crate::CLOCK_RECORD_SIZE as u64
+    }
+
+    const _: () = assert!(handoff_result(crate::handoff::MAX_PAIRS) <= PVCLOCK);
+    const _: () = assert!(pvclock(MAX_VCPUS) <= CLOCK_RECORDS);
+    const _: () = assert!(clock_record(MAX_VCPUS) <= IMAGE);
+    const _: () = assert!(PVCLOCK.is_multiple_of(32));
     const _: () = assert!(sync_result(MAX_VCPUS) <= HANDOFF);
     const _: () = assert!(HANDOFF + 0x1000 <= HANDOFF_RESULTS);
-    const _: () = assert!(handoff_result(crate::handoff::MAX_PAIRS) <= IMAGE);
     const _: () = assert!(WARP + 0x1000 <= SYNC);
     const _: () = assert!(SYNC + 0x1000 <= SYNC_RESULTS);
     const _: () = assert!(sync_result(MAX_VCPUS) <= IMAGE);
@@ -299,13 +322,26 @@ pub struct Config {
     /// exchanges per ordered pair of vCPU 0 with every other vCPU
     /// ([`crate::handoff`]; results tagged with the round); 0: none.
     pub handoff_exchanges: u32,
-    /// Reserved for what the guest reads of its clock, 0.
+    /// `CLOCK_*` flags: what the guest does with kvmclock.
     pub clock_flags: u32,
 }
 
 /// [`Config::flags`]: instead of `rounds` rendezvous, execute the host's
 /// commands one at a time (see [`CommandSlot`]).
 pub const CONFIG_COMMAND_MODE: u32 = 1 << 0;
+
+/// [`Config::clock_flags`]: every vCPU registers its kvmclock page
+/// ([`layout::pvclock`]) with [`MSR_KVM_SYSTEM_TIME_NEW`] before anything
+/// else.
+pub const CLOCK_KVMCLOCK: u32 = 1 << 0;
+/// [`Config::clock_flags`]: round mode, with [`CLOCK_KVMCLOCK`]: around
+/// every TSC write of the rendezvous the vCPU reads its kvmclock and keeps
+/// what it saw in its [`ClockRecord`] (tagged with the round).
+pub const CLOCK_RECORD_WRITES: u32 = 1 << 1;
+
+/// KVM's MSR_KVM_SYSTEM_TIME_NEW: the guest physical address of the
+/// vCPU's `pvclock_vcpu_time_info`, bit 0 = enable.
+pub const MSR_KVM_SYSTEM_TIME_NEW: u32 = 0x4b56_4d01;
 
 /// Size of [`Config`] in bytes.
 pub const CONFIG_SIZE: usize = 72;
@@ -560,8 +596,14 @@ pub enum Op {
     /// exchanges per ordered pair, over every ordered pair when `arg` is
     /// [`handoff::ALL_PAIRS`] (else the pairs of vCPU 0 with every other);
     /// each pair's [`HandoffResult`], tagged with the command's number, goes
-    /// to [`layout::handoff_result`].
+    /// to [`layout::handoff_result`]. With [`handoff::KVMCLOCK`] in `arg` the
+    /// vCPUs exchange their kvmclock readings (ns) instead of their TSCs.
     Handoff = 7,
+    /// Reads kvmclock, writes MSR `arg` ([`ClockRecord::msr`]: IA32_TSC or
+    /// IA32_TSC_ADJUST) with its current value plus `value` (wrapping),
+    /// reads kvmclock again; what it saw goes to the vCPU's [`ClockRecord`],
+    /// tagged with the command's number.
+    ClockWrite = 8,
 }
 
 impl Op {
@@ -576,6 +618,7 @@ impl Op {
             5 => Some(Op::Warp),
             6 => Some(Op::Halt),
             7 => Some(Op::Handoff),
+            8 => Some(Op::ClockWrite),
             _ => None,
         }
     }
@@ -650,6 +693,9 @@ impl CommandSlot {
 pub mod handoff {
     /// [`crate::Op::Handoff`]'s `arg`: every ordered pair of vCPUs.
     pub const ALL_PAIRS: u32 = 1;
+    /// [`crate::Op::Handoff`]'s `arg`: exchange kvmclock readings (ns)
+    /// instead of TSC readings.
+    pub const KVMCLOCK: u32 = 2;
     /// The most ordered pairs one test can have (every ordered pair of up
     /// to 91 vCPUs; the pairs of vCPU 0 with up to 512).
     pub const MAX_PAIRS: u32 = 8192;
@@ -836,6 +882,173 @@ impl HandoffResult {
             ));
         }
         Ok(())
+    }
+}
+
+/// `struct pvclock_vcpu_time_info` (kvmclock's per-vCPU page, written by
+/// the hypervisor at [`layout::pvclock`]), as the host decodes it. The guest
+/// reads the same bytes through atomics (`tsc_sync::pvclock::PvclockPage`,
+/// whose offsets are checked against these).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PvclockTimeInfo {
+    /// Odd while the hypervisor updates the page.
+    pub version: u32,
+    /// Padding.
+    pub pad0: u32,
+    /// The guest TSC at which `system_time` was true.
+    pub tsc_timestamp: u64,
+    /// kvmclock at `tsc_timestamp`, ns.
+    pub system_time: u64,
+    /// The TSC-to-ns multiplier.
+    pub tsc_to_system_mul: u32,
+    /// The shift before the multiplication.
+    pub tsc_shift: i8,
+    /// `PVCLOCK_*` flags (bit 0: PVCLOCK_TSC_STABLE_BIT).
+    pub flags: u8,
+    /// Padding.
+    pub pad: [u8; 2],
+}
+
+/// Size of [`PvclockTimeInfo`]: 32 bytes.
+pub const PVCLOCK_TIME_INFO_SIZE: usize = 32;
+const _: () = assert!(size_of::<PvclockTimeInfo>() == PVCLOCK_TIME_INFO_SIZE);
+const _: () = assert!(offset_of!(PvclockTimeInfo, tsc_timestamp) == 8);
+const _: () = assert!(offset_of!(PvclockTimeInfo, system_time) == 16);
+const _: () = assert!(offset_of!(PvclockTimeInfo, tsc_to_system_mul) == 24);
+const _: () = assert!(offset_of!(PvclockTimeInfo, tsc_shift) == 28);
+const _: () = assert!(offset_of!(PvclockTimeInfo, flags) == 29);
+
+/// [`PvclockTimeInfo::flags`]: the master clock is on (every vCPU's kvmclock
+/// comes from one snapshot).
+pub const PVCLOCK_TSC_STABLE_BIT: u8 = 1 << 0;
+
+impl PvclockTimeInfo {
+    /// Decodes a page; `None` when `bytes` is shorter than 32.
+    pub fn from_bytes(bytes: &[u8]) -> Option<PvclockTimeInfo> {
+        let b = bytes.get(..PVCLOCK_TIME_INFO_SIZE)?;
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        Some(PvclockTimeInfo {
+            version: u32_at(0),
+            pad0: u32_at(4),
+            tsc_timestamp: u64_at(8),
+            system_time: u64_at(16),
+            tsc_to_system_mul: u32_at(24),
+            tsc_shift: b[28] as i8,
+            flags: b[29],
+            pad: [b[30], b[31]],
+        })
+    }
+}
+
+/// Written into [`ClockRecord::magic`] by the guest.
+pub const CLOCK_MAGIC: u32 = 0x4b4c_4343; // "CCLK"
+
+/// What one vCPU's kvmclock did around one write of a TSC MSR: the page's
+/// fields and kvmclock just before and just after the write, and the raw
+/// TSC at both points. Written by the vCPU; untrusted on the host.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockRecord {
+    /// [`CLOCK_MAGIC`].
+    pub magic: u32,
+    /// The round (round mode) or the command's number (command mode).
+    pub tag: u32,
+    /// The MSR written (0x10 IA32_TSC, 0x3b IA32_TSC_ADJUST).
+    pub msr: u32,
+    /// The page's version before the write.
+    pub version_before: u32,
+    /// The page's version after the write.
+    pub version_after: u32,
+    /// The page's flags before (low byte) and after (second byte).
+    pub flags: u32,
+    /// The page's multiplier before.
+    pub mul_before: u32,
+    /// The page's multiplier after.
+    pub mul_after: u32,
+    /// The page's shift before (low byte) and after (second byte), as i8.
+    pub shifts: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// The value written.
+    pub written: u64,
+    /// The page's TSC timestamp before.
+    pub tsc_timestamp_before: u64,
+    /// The page's TSC timestamp after.
+    pub tsc_timestamp_after: u64,
+    /// The page's system time before, ns.
+    pub system_time_before: u64,
+    /// The page's system time after, ns.
+    pub system_time_after: u64,
+    /// The raw TSC just before the write (inside the kvmclock read).
+    pub tsc_before: u64,
+    /// The raw TSC just after the write.
+    pub tsc_after: u64,
+    /// kvmclock just before the write, ns.
+    pub kvmclock_before: u64,
+    /// kvmclock just after the write, ns.
+    pub kvmclock_after: u64,
+}
+
+/// Size of [`ClockRecord`] in bytes.
+pub const CLOCK_RECORD_SIZE: usize = 112;
+const _: () = assert!(size_of::<ClockRecord>() == CLOCK_RECORD_SIZE);
+const _: () = assert!(offset_of!(ClockRecord, written) == 40);
+const _: () = assert!(offset_of!(ClockRecord, kvmclock_after) == 104);
+
+impl ClockRecord {
+    /// Decodes a record; `None` when `bytes` is shorter than
+    /// [`CLOCK_RECORD_SIZE`].
+    pub fn from_bytes(bytes: &[u8]) -> Option<ClockRecord> {
+        let b = bytes.get(..CLOCK_RECORD_SIZE)?;
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        Some(ClockRecord {
+            magic: u32_at(0),
+            tag: u32_at(4),
+            msr: u32_at(8),
+            version_before: u32_at(12),
+            version_after: u32_at(16),
+            flags: u32_at(20),
+            mul_before: u32_at(24),
+            mul_after: u32_at(28),
+            shifts: u32_at(32),
+            reserved: u32_at(36),
+            written: u64_at(40),
+            tsc_timestamp_before: u64_at(48),
+            tsc_timestamp_after: u64_at(56),
+            system_time_before: u64_at(64),
+            system_time_after: u64_at(72),
+            tsc_before: u64_at(80),
+            tsc_after: u64_at(88),
+            kvmclock_before: u64_at(96),
+            kvmclock_after: u64_at(104),
+        })
+    }
+
+    /// The page's flags before and after the write.
+    pub fn flags_before_after(&self) -> (u8, u8) {
+        (self.flags as u8, (self.flags >> 8) as u8)
+    }
+
+    /// The page's shift before and after the write.
+    pub fn shifts_before_after(&self) -> (i8, i8) {
+        (self.shifts as u8 as i8, (self.shifts >> 8) as u8 as i8)
+    }
+
+    /// Whether the record is the one the host asked for: the magic, the tag
+    /// and the MSR.
+    pub fn is_for(&self, tag: u32, msr: u32) -> bool {
+        self.magic == CLOCK_MAGIC && self.tag == tag && self.msr == msr
     }
 }
 
@@ -1221,10 +1434,11 @@ mod tests {
             Op::Warp,
             Op::Halt,
             Op::Handoff,
+            Op::ClockWrite,
         ] {
             assert_eq!(Op::from_raw(op as u32), Some(op));
         }
-        assert_eq!(Op::from_raw(8), None);
+        assert_eq!(Op::from_raw(9), None);
         assert_eq!(
             layout::command(1) - layout::command(0),
             COMMAND_SLOT_SIZE as u64

@@ -23,6 +23,10 @@ pub struct Hw {
     pub delay_round: u32,
     /// How many TSC cycles the delay lasts.
     pub delay_cycles: u64,
+    /// Round mode with kvmclock recording: this vCPU's index, whose TSC
+    /// writes are made between two kvmclock reads ([`crate::clock`]);
+    /// `None`: plain writes.
+    pub clocked: Option<u32>,
 }
 
 impl Hw {
@@ -89,7 +93,13 @@ impl Cpu for Hw {
 
     #[inline(always)]
     fn write_tsc(&mut self, value: u64) {
-        wrmsr(IA32_TSC, value);
+        match self.clocked {
+            Some(index) => {
+                let round = self.round;
+                crate::clock::clocked_write(self, index, IA32_TSC, value, round);
+            }
+            None => wrmsr(IA32_TSC, value),
+        }
     }
 
     #[inline(always)]

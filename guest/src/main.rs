@@ -13,6 +13,7 @@
 #![no_std]
 #![no_main]
 
+mod clock;
 mod cpu;
 mod idt;
 mod rt;
@@ -20,12 +21,13 @@ mod rt;
 use core::ptr::{read_volatile, write_volatile};
 use tsc_contract::{
     handoff, layout, ports, progress_word, CommandSlot, Config, HandoffResult, Inject, Op,
-    PanicCode, RoundRecord, Variant, CONFIG_COMMAND_MODE, CONFIG_MAGIC, CONTRACT_VERSION,
-    PROGRESS_PAST_LOOP, RECORD_HAS_TSC_ADJUST, RECORD_MAGIC, RECORD_NO_TSC_WRITE,
-    RECORD_SYNC_RESULT,
+    PanicCode, RoundRecord, Variant, CLOCK_KVMCLOCK, CLOCK_RECORD_WRITES, CONFIG_COMMAND_MODE,
+    CONFIG_MAGIC, CONTRACT_VERSION, PROGRESS_PAST_LOOP, RECORD_HAS_TSC_ADJUST, RECORD_MAGIC,
+    RECORD_NO_TSC_WRITE, RECORD_SYNC_RESULT,
 };
 use tsc_sync::handoff::{handoff_test, HandoffParams, HandoffShared};
 use tsc_sync::linux::{LinuxApResult, LinuxSummary};
+use tsc_sync::pvclock::KvmclockCpu;
 use tsc_sync::warp::{warp_test, WarpShared};
 use tsc_sync::{
     linux_tsc_sync, Cpu, LinuxParams, LinuxShared, LinuxSyncResult, Readings, Shared, XenAlgorithm,
@@ -79,6 +81,10 @@ extern "C" fn guest_main(index: u64) -> ! {
     let corrupt = if targeted { inject } else { Inject::None };
 
     let has_adjust = cpu::has_tsc_adjust();
+    let kvmclock = config.clock_flags & CLOCK_KVMCLOCK != 0;
+    if kvmclock {
+        clock::enable(index);
+    }
     let mut ops = cpu::Hw {
         progress: layout::progress(index) as *mut u64,
         round: 0,
@@ -94,6 +100,7 @@ extern "C" fn guest_main(index: u64) -> ! {
             u32::MAX
         },
         delay_cycles: config.inject_cycles,
+        clocked: (kvmclock && config.clock_flags & CLOCK_RECORD_WRITES != 0).then_some(index),
     };
     let windows = (config.sync_first_window_cycles, config.sync_window_cycles);
     if config.flags & CONFIG_COMMAND_MODE != 0 {
@@ -130,7 +137,7 @@ extern "C" fn guest_main(index: u64) -> ! {
                 all: false,
                 tag: round,
             };
-            run_handoff(&mut ops, index, params);
+            run_handoff(&mut ops, index, params, false);
         }
         match corrupt {
             Inject::CorruptSize if hit => cpu::out16(ports::ROUND_DONE, round as u16),
@@ -174,13 +181,21 @@ fn store_record(index: u32, r: &RoundRecord) {
 }
 
 /// Runs the forced hand-off test on this vCPU; the pairs it initiates go to
-/// their result slots.
-fn run_handoff(ops: &mut cpu::Hw, index: u32, params: HandoffParams) {
+/// their result slots. With `kvmclock` the vCPUs exchange kvmclock readings.
+fn run_handoff(ops: &mut cpu::Hw, index: u32, params: HandoffParams, kvmclock: bool) {
     // SAFETY: the hand-off page is guest RAM reserved for it, zeroed by the
     // VMM before every round and every test while all vCPUs are parked;
     // HandoffShared is made of atomics, so shared access is sound.
     let shared: &HandoffShared = unsafe { &*(layout::HANDOFF as *const HandoffShared) };
-    handoff_test(shared, index, params, ops, store_handoff);
+    if kvmclock {
+        let mut k = KvmclockCpu {
+            inner: ops,
+            page: clock::page(index),
+        };
+        handoff_test(shared, index, params, &mut k, store_handoff);
+    } else {
+        handoff_test(shared, index, params, ops, store_handoff);
+    }
 }
 
 /// Writes pair `pair`'s hand-off result, one volatile store per field (no
@@ -361,10 +376,20 @@ fn command_loop(
                 let params = HandoffParams {
                     total: vcpus,
                     exchanges: u32::try_from(cmd.value).unwrap_or(u32::MAX),
-                    all: cmd.arg == handoff::ALL_PAIRS,
+                    all: cmd.arg & handoff::ALL_PAIRS != 0,
                     tag: seq,
                 };
-                run_handoff(ops, index, params);
+                run_handoff(ops, index, params, cmd.arg & handoff::KVMCLOCK != 0);
+                (0, 0, 0, 0)
+            }
+            Some(Op::ClockWrite) => {
+                // The MSR's value now, moved by `value`.
+                let now = if cmd.arg == 0x10 {
+                    ops.rdtsc_ordered()
+                } else {
+                    cpu::rdmsr(cmd.arg)
+                };
+                clock::clocked_write(ops, index, cmd.arg, now.wrapping_add(cmd.value), seq);
                 (0, 0, 0, 0)
             }
             Some(Op::Halt) => {

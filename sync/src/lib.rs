@@ -39,6 +39,7 @@ pub use tsc_contract::Variant;
 
 pub mod handoff;
 pub mod linux;
+pub mod pvclock;
 pub mod warp;
 
 pub use linux::{linux_tsc_sync, LinuxParams, LinuxShared, LinuxSyncResult, TscAdjust};

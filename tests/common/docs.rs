@@ -63,3 +63,33 @@ pub fn check_pages_listed() {
         "tests/common/docs.rs must list every page of docs/"
     );
 }
+
+/// The checks docs/checks.md's table lists, in its order: the rows
+/// "| N | `id` | ...", numbered 1, 2, ... without a gap.
+pub fn check_ids() -> Vec<String> {
+    let page = include_str!("../../docs/checks.md");
+    let mut ids = Vec::new();
+    for line in page.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (Some(num), Some(id)) = (cells.get(1), cells.get(2)) else {
+            continue;
+        };
+        let Ok(num) = num.parse::<usize>() else {
+            continue;
+        };
+        let Some(id) = id.strip_prefix('`').and_then(|i| i.strip_suffix('`')) else {
+            continue;
+        };
+        assert_eq!(
+            num,
+            ids.len() + 1,
+            "docs/checks.md numbers its checks 1, 2, ..."
+        );
+        ids.push(id.to_string());
+    }
+    assert!(
+        !ids.is_empty(),
+        "docs/checks.md lists the checks in a table"
+    );
+    ids
+}

@@ -55,6 +55,13 @@ pub enum RunError {
         #[source]
         error: HandoffReadError,
     },
+    /// vCPU {vcpu}'s kvmclock record is not the one of command {tag} (not written, or stale)
+    BadClockRecord {
+        /// The vCPU.
+        vcpu: u32,
+        /// The command it should be for.
+        tag: u32,
+    },
     /// vCPU {vcpu}'s record of round {round} cannot be read from guest memory
     UnreadableRecord {
         /// The vCPU.

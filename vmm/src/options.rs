@@ -103,6 +103,10 @@ pub struct RunOptions {
     /// every other vCPU, both directions), the fourth method of the
     /// relative offsets; `None`: not run.
     pub guest_view: Option<u32>,
+    /// `--kvmclock`: every vCPU registers its kvmclock page and reads
+    /// kvmclock around every TSC write of the rendezvous (the jump it saw is
+    /// reported per round).
+    pub kvmclock: bool,
 }
 
 impl Default for RunOptions {
@@ -120,6 +124,7 @@ impl Default for RunOptions {
             sync_windows_ms: (FIRST_WINDOW_MS, WINDOW_MS),
             initial_skew: None,
             guest_view: None,
+            kvmclock: false,
         }
     }
 }

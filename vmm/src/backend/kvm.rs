@@ -42,6 +42,8 @@ impl KvmBackend {
             windows_ms: opts.sync_windows_ms,
             inject: opts.inject,
             handoff_exchanges: opts.guest_view.unwrap_or(0),
+            kvmclock: opts.kvmclock,
+            record_clock: opts.kvmclock,
             image: opts
                 .image
                 .as_deref()

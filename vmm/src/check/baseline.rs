@@ -121,6 +121,7 @@ mod tests {
             verdict,
             reason: String::new(),
             values: BTreeMap::new(),
+            details: Vec::new(),
             baseline: None,
         }
     }

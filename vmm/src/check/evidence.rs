@@ -4,10 +4,13 @@
 
 use std::time::{Duration, Instant};
 
+use tsc_contract::{ClockRecord, PvclockTimeInfo};
+
 use super::report::{CheckOptions, Environment, Finding, SkewStats};
 use super::tally::RoundTally;
 use crate::error::RunError;
 use crate::session::{Handoff, WarpSeen};
+use crate::tsc::clock::ClockSample;
 use crate::tsc::TscState;
 use crate::units::cycles_to_ns;
 
@@ -66,6 +69,54 @@ pub enum Control {
     Impossible(String),
 }
 
+/// What kvmclock looked like at one moment: KVM_GET_CLOCK, every vCPU's
+/// page, every vCPU's TSC state, and what the vCPUs saw of each other's
+/// kvmclock (the forced hand-off test over kvmclock readings, ns).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClockView {
+    /// KVM_GET_CLOCK, or why it failed.
+    pub clock: Result<ClockSample, String>,
+    /// Every vCPU's kvmclock page.
+    pub pages: Vec<PvclockTimeInfo>,
+    /// Every vCPU's TSC state.
+    pub states: Vec<TscState>,
+    /// Every ordered pair's kvmclock as the guests saw it.
+    pub handoff: Handoff,
+}
+
+/// kvmclock across guest writes of a TSC MSR: what every vCPU read around
+/// its write, and KVM's view of every vCPU before and after.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClockWrites {
+    /// The MSR written (IA32_TSC, or IA32_TSC_ADJUST for the control).
+    pub msr: u32,
+    /// How far each vCPU moved it, cycles.
+    pub delta: u64,
+    /// Every vCPU's record of the write.
+    pub records: Vec<ClockRecord>,
+    /// Every vCPU's TSC state before the write.
+    pub before: Vec<TscState>,
+    /// And after it.
+    pub after: Vec<TscState>,
+}
+
+/// What checks 8 and 9 judge.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClockEvidence {
+    /// Whether the guest registered its kvmclock pages (KVM offers
+    /// kvmclock through MSR_KVM_SYSTEM_TIME_NEW).
+    pub kvmclock: bool,
+    /// The fresh VM, before any round.
+    pub fresh: Option<ClockView>,
+    /// After the rounds (the guests' TSC writes), before anything else
+    /// touched the offsets.
+    pub after_rounds: Option<ClockView>,
+    /// A guest IA32_TSC write on every vCPU.
+    pub tsc_write: Option<ClockWrites>,
+    /// The control: a guest TSC_ADJUST write of the same size.
+    pub adjust_write: Option<ClockWrites>,
+}
+
 /// Everything checks 1 and 3-6 judge.
 #[derive(Clone, Debug)]
 pub struct Evidence {
@@ -83,6 +134,8 @@ pub struct Evidence {
     pub warp: Option<WarpEvidence>,
     /// The forced hand-off test (absent when stopped before).
     pub handoff: Option<HandoffEvidence>,
+    /// kvmclock and the master clock (checks 8 and 9).
+    pub clock: ClockEvidence,
 }
 
 impl Evidence {

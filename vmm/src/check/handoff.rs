@@ -51,6 +51,10 @@ pub struct PairView {
     /// Half its width, rounded up (the guest-seen offset's bound); `None`
     /// for an empty interval.
     pub guest_bound_cycles: Option<u64>,
+    /// The bound of both directions together: this interval intersected
+    /// with the reverse pair's, negated (the same offset seen the other
+    /// way); `None` when empty, or the reverse pair is missing.
+    pub both_directions_bound_cycles: Option<u64>,
     /// KVM's exact relative offset right after the test, when known.
     pub exact_offset_cycles: Option<i64>,
     /// The largest backwards step seen from the initiator to the responder
@@ -89,8 +93,13 @@ impl PairView {
                 n(self.guest_upper_cycles)
             ),
         };
+        let both = self
+            .both_directions_bound_cycles
+            .map_or_else(String::new, |b| {
+                format!(" (± {} with both directions)", n(b))
+            });
         format!(
-            "pair ({}, {}): the guest sees {seen}, exact {exact}, shortest round trip {}",
+            "pair ({}, {}): the guest sees {seen}{both}, exact {exact}, shortest round trip {}",
             self.a,
             self.b,
             n(self.shortest_round_trip_cycles)
@@ -102,6 +111,11 @@ impl PairView {
 /// after it).
 pub fn pair_views(test: &Handoff, after: &[TscState]) -> Vec<PairView> {
     let exact = |k: u32| after.get(k as usize).and_then(|s| s.offset);
+    let both = |a: u32, b: u32, lo: i128, hi: i128| -> Option<u64> {
+        let r = test.pairs.iter().find(|r| (r.a, r.b) == (b, a))?;
+        let (lo, hi) = (lo.max(-i128::from(r.upper)), hi.min(-i128::from(r.lower)));
+        (hi >= lo).then(|| u64::try_from((hi - lo + 1) / 2).unwrap_or(u64::MAX))
+    };
     test.pairs
         .iter()
         .map(|r| {
@@ -118,6 +132,7 @@ pub fn pair_views(test: &Handoff, after: &[TscState]) -> Vec<PairView> {
                 guest_offset_cycles: i64::try_from(mid).unwrap_or(r.best_mid),
                 guest_bound_cycles: (width >= 0)
                     .then(|| u64::try_from((width + 1) / 2).unwrap_or(u64::MAX)),
+                both_directions_bound_cycles: both(r.a, r.b, lo, hi),
                 exact_offset_cycles: match (exact(r.b), exact(r.a)) {
                     (Some(b), Some(a)) => Some(b.wrapping_sub(a) as i64),
                     _ => None,
@@ -291,7 +306,7 @@ pub fn judge(vcpus: u32, ev: &HandoffEvidence, source: OffsetSource, floor: u64)
     }
     let limit = skew.max(floor);
     let worst = widest(&views);
-    let bound = worst.and_then(|p| p.guest_bound_cycles).unwrap_or(0);
+    let bound = worst.map_or(0, bound_of);
     let worst_text = worst.map_or_else(String::new, PairView::text);
     if bound > limit {
         f.set(
@@ -364,11 +379,17 @@ fn unusable(vcpus: u32, all: bool, views: &[PairView]) -> Option<(Verdict, Strin
     ))
 }
 
-/// The pair with the widest bound.
+/// The pair with the widest bound, both directions together where the
+/// reverse pair was measured.
 fn widest(views: &[PairView]) -> Option<&PairView> {
-    views
-        .iter()
-        .max_by_key(|p| p.guest_bound_cycles.unwrap_or(u64::MAX))
+    views.iter().max_by_key(|p| bound_of(p))
+}
+
+/// A pair's bound: both directions together where known, else its own.
+fn bound_of(p: &PairView) -> u64 {
+    p.both_directions_bound_cycles
+        .or(p.guest_bound_cycles)
+        .unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

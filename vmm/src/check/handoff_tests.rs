@@ -249,3 +249,15 @@ fn pair_views_put_the_exact_offset_against_the_interval() {
     assert_eq!(v[0].backwards_a_to_b_cycles, 0);
     assert_eq!(v[0].backwards_b_to_a_cycles, 4_700);
 }
+
+/// One direction of a pair slow (a scheduler delay), the other tight: the
+/// two together bound the same offset, so the tight one decides.
+#[test]
+fn both_directions_together_give_the_pairs_bound() {
+    let mut t = test(5_000, 300);
+    t.pairs[1] = pair(1, 0, -5_000 - 900_000, -5_000 + 900_000);
+    let f = judge(2, &ev(t, states(5_000), impossible()), SRC, FLOOR);
+    assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
+    let v = pair_views(&test(5_000, 300), &states(5_000));
+    assert_eq!(v[0].both_directions_bound_cycles, Some(300));
+}

@@ -66,6 +66,9 @@ pub fn render(r: &CheckReport) -> String {
             }
         };
         let _ = writeln!(x, "{line}");
+        for d in &c.details {
+            let _ = writeln!(x, "# {}", clean(d, false));
+        }
     }
     let not_ok = x.lines().filter(|l| l.starts_with("not ok ")).count();
     let skipped = x

@@ -5,14 +5,17 @@
 
 use tsc_contract::{RoundRecord, Variant};
 
-use super::evidence::{Control, Evidence, HandoffEvidence, LaterRead, WarpEvidence};
+use super::evidence::{
+    ClockEvidence, ClockView, ClockWrites, Control, Evidence, HandoffEvidence, LaterRead,
+    WarpEvidence,
+};
 use super::report::{CheckOptions, Environment};
 use super::tally::RoundTally;
 use crate::analysis::RoundAccumulator;
 use crate::error::RunError;
 use crate::host::HostInfo;
 use crate::session::{Handoff, Session};
-use crate::tsc::{host_rdtsc, TscState, MSR_IA32_TSC_ADJUST};
+use crate::tsc::{host_rdtsc, TscState, MSR_IA32_TSC, MSR_IA32_TSC_ADJUST};
 use crate::units::fmt_int;
 use crate::vstate::vm;
 
@@ -33,13 +36,61 @@ pub fn measure(opts: &CheckOptions) -> Result<(Evidence, Option<RunError>), RunE
         later_read: None,
         warp: None,
         handoff: None,
+        clock: ClockEvidence {
+            kvmclock: s.kvmclock(),
+            fresh: None,
+            after_rounds: None,
+            tsc_write: None,
+            adjust_write: None,
+        },
         initial,
     };
     let stopped = rounds_and_warp(&mut s, &mut ev).err();
     Ok((ev, stopped))
 }
 
+/// Exchanges per pair of the kvmclock hand-off test.
+const CLOCK_EXCHANGES: u32 = 200;
+
+/// What kvmclock looks like now: KVM_GET_CLOCK, the pages, the vCPUs' TSC
+/// states and their kvmclocks against each other.
+fn clock_view(s: &mut Session) -> Result<ClockView, RunError> {
+    let handoff = s.kvmclock_handoff(CLOCK_EXCHANGES, true)?;
+    let states = s.readback()?;
+    Ok(ClockView {
+        clock: s.clock(),
+        pages: s.pvclock_pages()?,
+        states,
+        handoff,
+    })
+}
+
+/// Every vCPU writes `msr` moved by `delta` between two kvmclock reads;
+/// KVM's view before and after.
+fn clock_writes(s: &mut Session, msr: u32, delta: u64) -> Result<ClockWrites, RunError> {
+    let before = s.readback()?;
+    let records = s.clock_write_all(msr, delta)?;
+    let after = s.readback()?;
+    Ok(ClockWrites {
+        msr,
+        delta,
+        records,
+        before,
+        after,
+    })
+}
+
+/// The size of the continuity test's writes: 4 s of TSC cycles (so that the
+/// 5 % tolerance, 200 ms, exceeds the largest legitimate re-anchoring of a
+/// kvmclock page: 500 ppm of NTP slew over KVM's 300 s sync period).
+pub fn continuity_delta(tsc_khz: Option<u32>) -> u64 {
+    u64::from(tsc_khz.unwrap_or(1_000_000)).saturating_mul(4_000)
+}
+
 fn rounds_and_warp(s: &mut Session, ev: &mut Evidence) -> Result<(), RunError> {
+    if ev.clock.kvmclock {
+        ev.clock.fresh = Some(clock_view(s)?);
+    }
     let opts = &ev.options;
     let mut acc = RoundAccumulator::new(&ev.initial);
     let mut records: Vec<RoundRecord> = Vec::with_capacity(ev.initial.len());
@@ -63,6 +114,11 @@ fn rounds_and_warp(s: &mut Session, ev: &mut Evidence) -> Result<(), RunError> {
     let seen = s.warp(opts.warp_iterations)?;
     let after = s.readback()?;
     ev.warp = Some(WarpEvidence { seen, after });
+    // The master clock after the guests' writes, before a host write of an
+    // offset (check 5's control) could turn it off.
+    if ev.clock.kvmclock {
+        ev.clock.after_rounds = Some(clock_view(s)?);
+    }
     if s.vcpus() >= 2 {
         let test = s.handoff(opts.exchanges, true)?;
         let after = s.readback()?;
@@ -72,6 +128,13 @@ fn rounds_and_warp(s: &mut Session, ev: &mut Evidence) -> Result<(), RunError> {
             after,
             control,
         });
+    }
+    if ev.clock.kvmclock {
+        let delta = continuity_delta(ev.env.host.tsc_khz);
+        ev.clock.tsc_write = Some(clock_writes(s, MSR_IA32_TSC, delta)?);
+        if s.guest_tsc_adjust() {
+            ev.clock.adjust_write = Some(clock_writes(s, MSR_IA32_TSC_ADJUST, delta)?);
+        }
     }
     Ok(())
 }

@@ -22,7 +22,9 @@ mod handoff;
 mod judge;
 pub mod junit;
 pub mod ktap;
+mod kvmclock;
 mod lock_order;
+mod master_clock;
 mod measure;
 mod report;
 mod same_start;
@@ -53,6 +55,8 @@ pub static CHECKS: &[&dyn Check] = &[
     &warp::Warp,
     &skew_threshold::SkewThreshold,
     &save_restore::SaveRestore,
+    &kvmclock::KvmclockContinuity,
+    &master_clock::MasterClock,
 ];
 
 /// Why the checks could not produce a report.

@@ -74,6 +74,9 @@ pub struct Finding {
     pub reason: String,
     /// What was measured.
     pub values: BTreeMap<String, Value>,
+    /// The evidence as readable lines (a heading, then one line per vCPU or
+    /// pair), shown by the text report and as KTAP diagnostics.
+    pub details: Vec<String>,
 }
 
 impl Finding {
@@ -83,6 +86,7 @@ impl Finding {
             verdict,
             reason: reason.into(),
             values: BTreeMap::new(),
+            details: Vec::new(),
         }
     }
 
@@ -119,6 +123,12 @@ impl Finding {
         self
     }
 
+    /// Sets the readable lines of the evidence.
+    pub fn with_details(mut self, details: Vec<String>) -> Finding {
+        self.details = details;
+        self
+    }
+
     /// Sets the verdict and reason, keeping the values.
     pub fn set(&mut self, verdict: Verdict, reason: impl Into<String>) {
         self.verdict = verdict;
@@ -141,6 +151,9 @@ pub struct CheckResult {
     pub reason: String,
     /// What was measured.
     pub values: BTreeMap<String, Value>,
+    /// The evidence as readable lines (see [`Finding::details`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<String>,
     /// The comparison with a baseline, when one was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<BaselineVerdict>,
@@ -156,6 +169,7 @@ impl CheckResult {
             verdict: finding.verdict,
             reason: finding.reason,
             values: finding.values,
+            details: finding.details,
             baseline: None,
         }
     }

@@ -2,12 +2,7 @@
 
 use std::fmt::Write as _;
 
-use std::collections::BTreeMap;
-
-use serde_json::Value;
-
 use super::report::{CheckReport, Verdict};
-use crate::units::fmt_int;
 
 /// Renders the report for a terminal.
 pub fn render_text(r: &CheckReport) -> String {
@@ -77,8 +72,11 @@ pub fn render_text(r: &CheckReport) -> String {
             let _ = writeln!(out, "         {tag}: {}", b.reason);
         }
     }
-    if let Some(c) = r.checks.iter().find(|c| c.id == "warp") {
-        pairs_table(&mut out, &c.values);
+    for c in r.checks.iter().filter(|c| !c.details.is_empty()) {
+        let _ = writeln!(out);
+        for line in &c.details {
+            let _ = writeln!(out, "{line}");
+        }
     }
     let n = &r.counts;
     let _ = writeln!(
@@ -104,64 +102,4 @@ pub fn render_text(r: &CheckReport) -> String {
         );
     }
     out
-}
-
-/// Check 5's evidence per ordered pair, and its control, when measured.
-fn pairs_table(out: &mut String, values: &BTreeMap<String, Value>) {
-    let Some(pairs) = values.get("pairs").and_then(Value::as_array) else {
-        return;
-    };
-    if pairs.is_empty() {
-        return;
-    }
-    let num = |v: &Value| v.as_i64().map_or_else(|| "n/a".into(), fmt_int);
-    let _ = writeln!(
-        out,
-        "\nCheck 5, what the guest saw per ordered pair (cycles; the responder's TSC minus the \
-         initiator's)"
-    );
-    let _ = writeln!(
-        out,
-        "  {:>6} {:>9} {:>12} {:>26} {:>14} {:>12} {:>12}",
-        "pair",
-        "exchanges",
-        "shortest RTT",
-        "guest-seen offset ± bound",
-        "exact",
-        "back a->b",
-        "back b->a"
-    );
-    for p in pairs {
-        let seen = match p["guest_bound_cycles"].as_u64() {
-            Some(b) => format!("{} ± {}", num(&p["guest_offset_cycles"]), fmt_int(b)),
-            None => "none fits".into(),
-        };
-        let _ = writeln!(
-            out,
-            "  {:>6} {:>9} {:>12} {:>26} {:>14} {:>12} {:>12}",
-            format!("{},{}", p["a"], p["b"]),
-            num(&p["exchanges"]),
-            num(&p["shortest_round_trip_cycles"]),
-            seen,
-            num(&p["exact_offset_cycles"]),
-            num(&p["backwards_a_to_b_cycles"]),
-            num(&p["backwards_b_to_a_cycles"])
-        );
-    }
-    if let Some(c) = values.get("control") {
-        let outcome = c["outcome"].as_str().unwrap_or("?");
-        let detail = match c["why"].as_str() {
-            Some(why) => why.to_string(),
-            None => format!(
-                "vCPU {} moved by {} cycles through {}; exact change {}; the guest saw {}..{}",
-                c["vcpu"],
-                num(&c["delta_cycles"]),
-                c["method"].as_str().unwrap_or("?"),
-                num(&c["exact_change_cycles"]),
-                num(&c["guest_change_lower_cycles"]),
-                num(&c["guest_change_upper_cycles"])
-            ),
-        };
-        let _ = writeln!(out, "  control: {outcome}: {detail}");
-    }
 }

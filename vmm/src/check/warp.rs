@@ -8,11 +8,16 @@
 //! the exact skew is a failure too. The judges are [`super::handoff`] and
 //! [`super::lock_order`].
 
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
 use super::evidence::{Check, Context, Evidence};
 use super::handoff::{self, FLOOR_NS};
 use super::lock_order;
 use super::report::{Finding, Verdict};
 use crate::error::RunError;
+use crate::units::fmt_int;
 
 /// Check 5.
 pub struct Warp;
@@ -56,7 +61,9 @@ impl Check for Warp {
             let reason = format!("lock-ordered warp test: {}", lock.reason);
             f.set(Verdict::Fail, reason);
         }
-        Ok(f.with("lock_ordered", lock_values(&lock)))
+        let f = f.with("lock_ordered", lock_values(&lock));
+        let lines = details(&f.values);
+        Ok(f.with_details(lines))
     }
 }
 
@@ -67,4 +74,65 @@ fn lock_values(lock: &Finding) -> serde_json::Value {
         "reason": lock.reason,
         "values": lock.values,
     })
+}
+
+/// Check 5's evidence per ordered pair, and its control, as lines (none
+/// when no pair was measured).
+fn details(values: &BTreeMap<String, Value>) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(pairs) = values.get("pairs").and_then(Value::as_array) else {
+        return out;
+    };
+    if pairs.is_empty() {
+        return out;
+    }
+    let num = |v: &Value| v.as_i64().map_or_else(|| "n/a".into(), fmt_int);
+    out.push(
+        "Check 5, what the guest saw per ordered pair (cycles; the responder's TSC minus the \
+         initiator's)"
+            .into(),
+    );
+    out.push(format!(
+        "  {:>6} {:>9} {:>12} {:>26} {:>14} {:>12} {:>12}",
+        "pair",
+        "exchanges",
+        "shortest RTT",
+        "guest-seen offset ± bound",
+        "exact",
+        "back a->b",
+        "back b->a"
+    ));
+    for p in pairs {
+        let seen = match p["guest_bound_cycles"].as_u64() {
+            Some(b) => format!("{} ± {}", num(&p["guest_offset_cycles"]), fmt_int(b)),
+            None => "none fits".into(),
+        };
+        out.push(format!(
+            "  {:>6} {:>9} {:>12} {:>26} {:>14} {:>12} {:>12}",
+            format!("{},{}", p["a"], p["b"]),
+            num(&p["exchanges"]),
+            num(&p["shortest_round_trip_cycles"]),
+            seen,
+            num(&p["exact_offset_cycles"]),
+            num(&p["backwards_a_to_b_cycles"]),
+            num(&p["backwards_b_to_a_cycles"])
+        ));
+    }
+    if let Some(c) = values.get("control") {
+        let outcome = c["outcome"].as_str().unwrap_or("?");
+        let detail = match c["why"].as_str() {
+            Some(why) => why.to_string(),
+            None => format!(
+                "vCPU {} moved by {} cycles through {}; exact change {}; the guest saw {}..{}",
+                c["vcpu"],
+                num(&c["delta_cycles"]),
+                c["method"].as_str().unwrap_or("?"),
+                num(&c["exact_change_cycles"]),
+                num(&c["guest_change_lower_cycles"]),
+                num(&c["guest_change_upper_cycles"])
+            ),
+        };
+        out.push(format!("  control: {outcome}: {detail}"));
+    }
+    out
 }

@@ -121,6 +121,14 @@ pub struct CompareArgs {
     #[arg(long, value_name = "CYCLES", value_parser = parse_initial_skew)]
     pub initial_skew: Option<u64>,
 
+    /// Read kvmclock around every TSC write of the rendezvous (every vCPU
+    /// registers its kvmclock page) and report how far it jumped, per round
+    /// beside the skew: a kvmclock that follows a guest TSC write instead of
+    /// running on is a stale pvclock page. KVM only; the reads add to the
+    /// exit time measured.
+    #[arg(long)]
+    pub kvmclock: bool,
+
     /// Make the guest misbehave, to test the error handling (see `run
     /// --help` for the kinds). Round R counts the rounds of a VM, its
     /// warm-up included; every VM injects it. KVM only.
@@ -225,6 +233,7 @@ impl CompareArgs {
             backend: self.backend,
             sync_windows_ms: self.linux_windows,
             initial_skew: self.initial_skew,
+            kvmclock: self.kvmclock,
             inject: self.inject,
             vcpus: self.vcpus,
             variants: self.variants.0.clone(),
@@ -255,6 +264,11 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
     args.validate().map_err(cannot_run)?;
     if args.backend == Backend::Host {
         host_backend_refuses(args.guest.is_some(), args.inject.is_some()).map_err(cannot_run)?;
+        if args.kvmclock {
+            return Err(cannot_run(
+                "--kvmclock reads the guest's kvmclock: use it with --backend kvm",
+            ));
+        }
     }
     let image = load_guest(args.guest.as_deref())?;
     // Fail before measuring when an output cannot be written.

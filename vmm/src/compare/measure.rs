@@ -196,6 +196,7 @@ impl Measurement {
             image: opts.image.clone(),
             inject: opts.inject,
             guest_view: None,
+            kvmclock: opts.kvmclock,
         };
         let mut round_in_vm = 0u32;
         let mut measured_here = 0u32;
@@ -264,6 +265,7 @@ mod tests {
             backend: crate::options::Backend::Host,
             sync_windows_ms: (20, 2),
             initial_skew: None,
+            kvmclock: false,
             inject: None,
             vcpus: 2,
             variants: Vec::new(),

@@ -59,6 +59,8 @@ pub struct CompareOptions {
     pub sync_windows_ms: (u64, u64),
     /// `--initial-skew` of every VM (see [`crate::options::RunOptions`]).
     pub initial_skew: Option<u64>,
+    /// `--kvmclock`: kvmclock read around every TSC write.
+    pub kvmclock: bool,
     /// A fault every VM's guest injects (testing; round numbers count the
     /// VM's rounds, warm-up included).
     pub inject: Option<crate::options::Injection>,

@@ -10,44 +10,13 @@
 //! No TSC scaling: the guest's TSC runs at the host's rate (this tool never
 //! sets KVM_SET_TSC_KHZ), so a host TSC difference enters 1:1.
 
-use kvm_bindings::{kvm_clock_data, KVM_CLOCK_HOST_TSC, KVM_CLOCK_REALTIME, KVM_CLOCK_TSC_STABLE};
-use serde::Serialize;
+use kvm_bindings::{KVM_CLOCK_HOST_TSC, KVM_CLOCK_REALTIME};
 
-/// One KVM_GET_CLOCK result and the host TSC around the ioctl.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct ClockSample {
-    /// kvmclock, ns (`clock`).
-    pub clock_ns: u64,
-    /// `flags` (KVM_CLOCK_TSC_STABLE 2, KVM_CLOCK_REALTIME 4, KVM_CLOCK_HOST_TSC 8).
-    pub flags: u32,
-    /// The host's CLOCK_REALTIME at the same instant, ns (`realtime`; valid
-    /// with KVM_CLOCK_REALTIME).
-    pub realtime_ns: u64,
-    /// The host TSC at the same instant (`host_tsc`; valid with
-    /// KVM_CLOCK_HOST_TSC).
-    pub host_tsc: u64,
-    /// Host TSC just before the ioctl.
-    pub host_before: u64,
-    /// Host TSC just after it.
-    pub host_after: u64,
-}
+pub use crate::tsc::clock::{flag_names, ClockSample};
 
 /// The flags the documented method needs in a KVM_GET_CLOCK sample (and in
 /// KVM_CAP_ADJUST_CLOCK).
 pub const NEEDED_CLOCK_FLAGS: u32 = KVM_CLOCK_REALTIME | KVM_CLOCK_HOST_TSC;
-
-/// The names of the KVM_CLOCK_* bits set in `flags`.
-pub fn flag_names(flags: u32) -> Vec<&'static str> {
-    [
-        (KVM_CLOCK_TSC_STABLE, "KVM_CLOCK_TSC_STABLE"),
-        (KVM_CLOCK_REALTIME, "KVM_CLOCK_REALTIME"),
-        (KVM_CLOCK_HOST_TSC, "KVM_CLOCK_HOST_TSC"),
-    ]
-    .into_iter()
-    .filter(|(bit, _)| flags & bit != 0)
-    .map(|(_, name)| name)
-    .collect()
-}
 
 /// The names of the flags of [`NEEDED_CLOCK_FLAGS`] missing from `flags`.
 pub fn missing_flags(flags: u32) -> Vec<&'static str> {
@@ -55,19 +24,6 @@ pub fn missing_flags(flags: u32) -> Vec<&'static str> {
 }
 
 impl ClockSample {
-    /// A sample from what KVM_GET_CLOCK returned, taken between host TSC
-    /// reads `host_before` and `host_after`.
-    pub fn from_kvm(d: &kvm_clock_data, host_before: u64, host_after: u64) -> ClockSample {
-        ClockSample {
-            clock_ns: d.clock,
-            flags: d.flags,
-            realtime_ns: d.realtime,
-            host_tsc: d.host_tsc,
-            host_before,
-            host_after,
-        }
-    }
-
     /// Checks the sample carries real time and the host TSC; `which` names
     /// it ("source", "destination") in the error.
     pub fn complete(&self, which: &'static str) -> Result<(), OffsetError> {

@@ -13,12 +13,12 @@
 //! own thread with its pending port I/O completed first; this module checks
 //! that completion against the saved memory.
 
-use kvm_ioctls::VmFd;
 use serde::Serialize;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::offsets::ClockSample;
-use crate::tsc::{host_rdtsc, TscState};
+pub use crate::tsc::clock::get_clock;
+use crate::tsc::TscState;
 use crate::vstate::vcpu::state::{PioCompletion, PioState, VcpuState};
 use crate::vstate::MemError;
 
@@ -90,14 +90,4 @@ impl Snapshot {
 /// The byte at guest address `addr` of a memory image.
 pub fn byte(mem: &[u8], addr: u64) -> Option<u8> {
     usize::try_from(addr).ok().and_then(|a| mem.get(a)).copied()
-}
-
-/// KVM_GET_CLOCK between two host TSC reads.
-pub fn get_clock(fd: &VmFd) -> Result<ClockSample, String> {
-    let before = host_rdtsc();
-    let d = fd
-        .get_clock()
-        .map_err(|e| format!("KVM_GET_CLOCK failed: {e}"))?;
-    let after = host_rdtsc();
-    Ok(ClockSample::from_kvm(&d, before, after))
 }

@@ -6,10 +6,11 @@ mod seen;
 
 use std::time::Duration;
 
-use tsc_contract::{handoff, CommandSlot, Op, RoundRecord, Variant};
+use tsc_contract::{handoff, ClockRecord, CommandSlot, Op, PvclockTimeInfo, RoundRecord, Variant};
 use vm_memory::GuestMemoryMmap;
 
 use crate::error::RunError;
+use crate::tsc::clock::{get_clock, ClockSample};
 use crate::tsc::TscState;
 use crate::vstate::sync_area::{self, SyncRound};
 use crate::vstate::vcpu::Command;
@@ -232,12 +233,29 @@ impl Session {
     /// `all` (and the layout holds them; else vCPU 0's pairs: see
     /// [`Handoff::all_pairs`]), each pair's result validated.
     pub fn handoff(&mut self, exchanges: u32, all: bool) -> Result<Handoff, RunError> {
+        self.handoff_of(exchanges, all, false)
+    }
+
+    /// As [`Session::handoff`], the vCPUs exchanging kvmclock readings (ns)
+    /// instead of TSC readings (the VM must have registered kvmclock).
+    pub fn kvmclock_handoff(&mut self, exchanges: u32, all: bool) -> Result<Handoff, RunError> {
+        self.handoff_of(exchanges, all, true)
+    }
+
+    fn handoff_of(
+        &mut self,
+        exchanges: u32,
+        all: bool,
+        kvmclock: bool,
+    ) -> Result<Handoff, RunError> {
         let all = all && handoff::pairs(self.vcpus(), true).is_some();
         // The guest tags the results with the command's number.
         let tag = self.seq;
+        let arg =
+            if all { handoff::ALL_PAIRS } else { 0 } | if kvmclock { handoff::KVMCLOCK } else { 0 };
         self.exec_all(CommandSlot {
             op: Op::Handoff as u32,
-            arg: if all { handoff::ALL_PAIRS } else { 0 },
+            arg,
             value: u64::from(exchanges),
             ..Default::default()
         })?;
@@ -256,6 +274,49 @@ impl Session {
             all_pairs: all,
             pairs,
         })
+    }
+
+    /// Whether the guest registered its kvmclock pages (KVM offers kvmclock).
+    pub fn kvmclock(&self) -> bool {
+        self.pool.kvmclock()
+    }
+
+    /// On every vCPU at once: kvmclock read, MSR `msr` (IA32_TSC or
+    /// IA32_TSC_ADJUST) moved by `delta`, kvmclock read again; every vCPU's
+    /// [`ClockRecord`], checked to be this command's.
+    pub fn clock_write_all(&mut self, msr: u32, delta: u64) -> Result<Vec<ClockRecord>, RunError> {
+        let tag = self.seq;
+        self.exec_all(CommandSlot {
+            op: Op::ClockWrite as u32,
+            arg: msr,
+            value: delta,
+            ..Default::default()
+        })?;
+        (0..self.vcpus())
+            .map(|vcpu| {
+                let r = memory::read_clock_record(self.pool.mem(), vcpu)?;
+                if r.is_for(tag, msr) {
+                    Ok(r)
+                } else {
+                    Err(RunError::BadClockRecord { vcpu, tag })
+                }
+            })
+            .collect()
+    }
+
+    /// Every vCPU's kvmclock page as it is now (the vCPUs are parked).
+    pub fn pvclock_pages(&self) -> Result<Vec<PvclockTimeInfo>, RunError> {
+        (0..self.vcpus())
+            .map(|v| memory::read_pvclock(self.pool.mem(), v).map_err(RunError::from))
+            .collect()
+    }
+
+    /// KVM_GET_CLOCK now.
+    pub fn clock(&self) -> Result<ClockSample, String> {
+        match self.pool.vm_fd() {
+            Some(fd) => get_clock(fd),
+            None => Err("the VM is gone".into()),
+        }
     }
 
     /// Every vCPU's TSC state as KVM reports it.

@@ -5,6 +5,7 @@
 //! ([`OffsetSource`]: the KVM_VCPU_TSC_OFFSET attribute on Linux >= 5.16, else
 //! KVM's debugfs) and KVM_GET_TSC_KHZ.
 
+pub mod clock;
 pub mod debugfs;
 mod state;
 

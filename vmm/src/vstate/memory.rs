@@ -5,8 +5,9 @@
 //! is read is untrusted and decoded with checks by whoever uses it.
 
 use tsc_contract::{
-    handoff, layout, CommandSlot, Config, HandoffError, HandoffResult, RoundRecord, Variant,
-    COMMAND_SLOT_SIZE, HANDOFF_RESULT_SIZE, RECORD_SIZE,
+    handoff, layout, ClockRecord, CommandSlot, Config, HandoffError, HandoffResult,
+    PvclockTimeInfo, RoundRecord, Variant, CLOCK_RECORD_SIZE, COMMAND_SLOT_SIZE,
+    HANDOFF_RESULT_SIZE, PVCLOCK_TIME_INFO_SIZE, RECORD_SIZE,
 };
 use tsc_sync::handoff::HANDOFF_SHARED_SIZE;
 use tsc_sync::SHARED_SIZE;
@@ -175,4 +176,21 @@ pub fn read_records(
         out.push(record);
     }
     Ok(())
+}
+
+/// vCPU `vcpu`'s kvmclock page as it is now (raw, untrusted).
+pub fn read_pvclock(mem: &GuestMemoryMmap, vcpu: u32) -> Result<PvclockTimeInfo, MemError> {
+    let mut b = [0u8; PVCLOCK_TIME_INFO_SIZE];
+    mem.read_slice(&mut b, GuestAddress(layout::pvclock(vcpu)))
+        .map_err(mem_err)?;
+    PvclockTimeInfo::from_bytes(&b).ok_or_else(|| MemError("short kvmclock page".into()))
+}
+
+/// vCPU `vcpu`'s clock record (raw, untrusted: check it with
+/// [`ClockRecord::is_for`]).
+pub fn read_clock_record(mem: &GuestMemoryMmap, vcpu: u32) -> Result<ClockRecord, MemError> {
+    let mut b = [0u8; CLOCK_RECORD_SIZE];
+    mem.read_slice(&mut b, GuestAddress(layout::clock_record(vcpu)))
+        .map_err(mem_err)?;
+    ClockRecord::from_bytes(&b).ok_or_else(|| MemError("short clock record".into()))
 }

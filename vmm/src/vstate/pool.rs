@@ -148,6 +148,11 @@ impl VcpuPool {
         self.with_offset
     }
 
+    /// Whether the guest registered its kvmclock pages.
+    pub fn kvmclock(&self) -> bool {
+        self.vm.as_ref().is_some_and(|vm| vm.kvmclock)
+    }
+
     /// Whether the guest's CPUID exposes IA32_TSC_ADJUST.
     pub fn guest_tsc_adjust(&self) -> bool {
         self.vm.as_ref().is_some_and(|vm| vm.guest_tsc_adjust)

@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use kvm_bindings::{kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES};
 use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
-use tsc_contract::{layout, Config, Variant, CONFIG_COMMAND_MODE, CONFIG_MAGIC, CONTRACT_VERSION};
+use tsc_contract::{
+    layout, Config, Variant, CLOCK_KVMCLOCK, CLOCK_RECORD_WRITES, CONFIG_COMMAND_MODE,
+    CONFIG_MAGIC, CONTRACT_VERSION,
+};
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 use super::error::VmError;
@@ -29,6 +32,9 @@ pub struct Vm {
     pub mem: GuestMemoryMmap,
     /// Whether the guest's CPUID exposes IA32_TSC_ADJUST.
     pub guest_tsc_adjust: bool,
+    /// Whether the guest registered its kvmclock pages (asked for, and the
+    /// CPUID offers kvmclock).
+    pub kvmclock: bool,
     /// The windows of Linux's sync written into the config.
     pub sync_windows: Windows,
     /// The thread that created the VM: KVM names the VM's debugfs directory
@@ -124,6 +130,10 @@ pub struct VmSpec<'a> {
     /// Round mode: exchanges per pair of the hand-off test after every
     /// round (0: none).
     pub handoff_exchanges: u32,
+    /// Register every vCPU's kvmclock page (where KVM offers kvmclock).
+    pub kvmclock: bool,
+    /// Round mode, with `kvmclock`: record kvmclock around every TSC write.
+    pub record_clock: bool,
     /// The guest image (an ELF).
     pub image: &'a [u8],
 }
@@ -136,12 +146,13 @@ impl VmSpec<'static> {
             rounds,
             variant,
             command_mode: false,
+            kvmclock: false,
             ..VmSpec::command_mode(vcpus)
         }
     }
 
     /// A command-mode VM of `vcpus` vCPUs running the embedded guest, with
-    /// Linux's windows.
+    /// Linux's windows and kvmclock (where KVM offers it).
     pub fn command_mode(vcpus: u32) -> VmSpec<'static> {
         VmSpec {
             vcpus,
@@ -151,6 +162,8 @@ impl VmSpec<'static> {
             windows_ms: (FIRST_WINDOW_MS, WINDOW_MS),
             inject: None,
             handoff_exchanges: 0,
+            kvmclock: true,
+            record_clock: false,
             image: guest_image::EMBEDDED,
         }
     }
@@ -202,6 +215,7 @@ impl Vm {
             .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
             .map_err(|e| VmError::Kvm("KVM_GET_SUPPORTED_CPUID", e))?;
         let guest_tsc_adjust = cpuid::has_tsc_adjust(&base_cpuid);
+        let kvmclock = spec.kvmclock && cpuid::has_kvmclock(&base_cpuid);
         let mut vcpu_fds = Vec::with_capacity(spec.vcpus as usize);
         for index in 0..spec.vcpus {
             vcpu_fds.push(create_vcpu(&fd, &base_cpuid, index, entry)?);
@@ -212,13 +226,14 @@ impl Vm {
             .and_then(|v| v.get_tsc_khz().ok())
             .unwrap_or(0);
         let sync_windows = Windows::at(khz, spec.windows_ms);
-        memory::write_config(&mem, &config(spec, sync_windows))?;
+        memory::write_config(&mem, &config(spec, sync_windows, kvmclock))?;
         Ok(Vm {
             kvm,
             fd,
             mem,
             vcpus: vcpu_fds,
             guest_tsc_adjust,
+            kvmclock,
             sync_windows,
             creator_tid,
         })
@@ -245,7 +260,7 @@ fn create_vcpu(fd: &VmFd, cpuid: &CpuId, index: u32, entry: u64) -> Result<VcpuF
 }
 
 /// The guest's config for `spec`.
-fn config(spec: &VmSpec<'_>, windows: Windows) -> Config {
+fn config(spec: &VmSpec<'_>, windows: Windows, kvmclock: bool) -> Config {
     let mut c = Config {
         magic: CONFIG_MAGIC,
         version: CONTRACT_VERSION,
@@ -260,6 +275,11 @@ fn config(spec: &VmSpec<'_>, windows: Windows) -> Config {
         sync_first_window_cycles: windows.first_cycles,
         sync_window_cycles: windows.cycles,
         handoff_exchanges: spec.handoff_exchanges,
+        clock_flags: match (kvmclock, spec.record_clock) {
+            (false, _) => 0,
+            (true, false) => CLOCK_KVMCLOCK,
+            (true, true) => CLOCK_KVMCLOCK | CLOCK_RECORD_WRITES,
+        },
         ..Config::default()
     };
     if let Some(inj) = &spec.inject {

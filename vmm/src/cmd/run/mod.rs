@@ -7,8 +7,7 @@
 //! its statistics and its typical round ([`VariantAccumulator`]), never its
 //! rounds.
 
-use std::fs::File;
-use std::io::{BufWriter, Stdout, Write};
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -22,7 +21,6 @@ use super::args::{
 use super::common::{
     cannot_run, create_output, incomplete_note, install_stop_handlers, load_guest, Exit,
 };
-use crate::analysis::RoundResult;
 use crate::error::RunError;
 use crate::host::HostInfo;
 use crate::options::{
@@ -30,11 +28,13 @@ use crate::options::{
 };
 use crate::options::{FIRST_WINDOW_MS, WINDOW_MS};
 use crate::output::progress::{self, ProgressLine};
-use crate::report::stream::{JsonStream, RunTail};
 use crate::report::summary::{self, Every, RunEntry, RunRecord};
 use crate::report::{self, Report, VariantAccumulator, VariantReport};
 use crate::run::{self, Repeat, RunFacts};
 use crate::stop;
+
+mod sinks;
+use sinks::{Json, Stream};
 
 /// Options of `run`.
 #[derive(Debug, Args, Clone)]
@@ -141,6 +141,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "EXCHANGES", num_args = 0..=1, default_missing_value = "16",
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub guest_view: Option<u32>,
+
+    /// Read kvmclock around every TSC write of the rendezvous (every vCPU
+    /// registers its kvmclock page) and report how far it jumped, per round
+    /// beside the skew: a kvmclock that follows a guest TSC write instead of
+    /// running on is a stale pvclock page. KVM only; the reads add to the
+    /// exit time measured.
+    #[arg(long)]
+    pub kvmclock: bool,
 }
 
 impl Default for RunArgs {
@@ -160,6 +168,7 @@ impl Default for RunArgs {
             linux_windows: (FIRST_WINDOW_MS, WINDOW_MS),
             initial_skew: None,
             guest_view: None,
+            kvmclock: false,
         }
     }
 }
@@ -182,6 +191,11 @@ impl RunArgs {
                 return Err(
                     "--guest-view runs the hand-off test in the guest: use it with --backend kvm"
                         .into(),
+                );
+            }
+            if self.kvmclock {
+                return Err(
+                    "--kvmclock reads the guest's kvmclock: use it with --backend kvm".into(),
                 );
             }
         }
@@ -233,93 +247,6 @@ pub fn host_backend_refuses(guest: bool, inject: bool) -> Result<(), String> {
         return Err("--inject makes the guest misbehave: use it with --backend kvm".into());
     }
     Ok(())
-}
-
-/// The `--output` stream: one JSON line per completed round, flushed at once,
-/// and the summary records.
-struct Stream {
-    out: Option<BufWriter<File>>,
-    vcpus: u32,
-}
-
-impl Stream {
-    fn line(&mut self, line: serde_json::Result<String>) -> Result<(), String> {
-        let Some(out) = self.out.as_mut() else {
-            return Ok(());
-        };
-        let line = line.map_err(|e| e.to_string())?;
-        out.write_all(line.as_bytes())
-            .and_then(|_| out.write_all(b"\n"))
-            .and_then(|_| out.flush())
-            .map_err(|e| e.to_string())
-    }
-
-    fn write(&mut self, round: &RoundResult) -> Result<(), String> {
-        if self.out.is_none() {
-            return Ok(());
-        }
-        let line = crate::output::lines::round_line(self.vcpus, round);
-        self.line(line)
-    }
-}
-
-/// `--json` on stdout: begun at the first round, each run at its first
-/// round, so that an empty run never appears.
-enum Json {
-    /// No `--json`.
-    Off,
-    /// `--json`, nothing written yet.
-    Pending,
-    /// The document is open.
-    Open(JsonStream<BufWriter<Stdout>>),
-    /// Writing failed: the error.
-    Failed(String),
-}
-
-impl Json {
-    /// Writes `r`, opening the document and the run first where needed.
-    fn round(&mut self, variant: &str, vcpus: u32, r: &RoundResult) -> Result<(), String> {
-        let result = match self {
-            Json::Off | Json::Failed(_) => return Ok(()),
-            Json::Pending => match JsonStream::begin(BufWriter::new(std::io::stdout()), vcpus) {
-                Ok(s) => {
-                    *self = Json::Open(s);
-                    return self.round(variant, vcpus, r);
-                }
-                Err(e) => Err(e),
-            },
-            Json::Open(s) => (if s.in_run() {
-                Ok(())
-            } else {
-                s.begin_run(variant, vcpus)
-            })
-            .and_then(|_| s.round(r)),
-        };
-        result.map_err(|e| self.fail(e))
-    }
-
-    /// Ends the current run, if one is open.
-    fn end_run(&mut self, v: &VariantReport) {
-        if let Json::Open(s) = self {
-            if !s.in_run() {
-                return;
-            }
-            let tail = RunTail {
-                writes_honoured: v.writes_honoured,
-                summary: &v.summary,
-                notes: &v.notes,
-            };
-            if let Err(e) = s.end_run(&tail) {
-                self.fail(e);
-            }
-        }
-    }
-
-    fn fail(&mut self, e: std::io::Error) -> String {
-        let msg = format!("cannot write the JSON report to standard output: {e}");
-        *self = Json::Failed(msg.clone());
-        msg
-    }
 }
 
 /// Runs `run`.
@@ -484,6 +411,7 @@ fn one_variant(
         sync_windows_ms: args.linux_windows,
         initial_skew: args.initial_skew,
         guest_view: args.guest_view,
+        kvmclock: args.kvmclock,
     };
     log::info!(
         "running {} on {} vCPUs ({} backend), {}",
