@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use serde_json::Value;
+
 use tsc_vmm::EMBEDDED;
 use tsc_vmm::{HIDE_CAP_ENV, KVM_DEVICE_ENV};
 
@@ -494,4 +496,153 @@ fn the_documented_defaults_are_the_binarys() {
             "{cmd} --help does not state the README's default deadline '{watchdog}': {help}"
         );
     }
+}
+
+/// A `--markdown` path that cannot be written is refused before anything is
+/// measured (no KVM needed).
+#[test]
+fn check_refuses_an_unwritable_markdown_file_before_running() {
+    assert_usage_error(
+        &["check", "--markdown", "/nonexistent-dir/checks.md"],
+        &[
+            "cannot create the Markdown file /nonexistent-dir/checks.md",
+            "writable path",
+        ],
+    );
+}
+
+/// A Markdown cell as its reader sees it: escapes undone, `<br>` a line
+/// break.
+fn unescape_cell(cell: &str) -> String {
+    let mut out = String::new();
+    let mut chars = cell.replace("<br>", "\n").chars().collect::<Vec<_>>();
+    chars.reverse();
+    while let Some(c) = chars.pop() {
+        match c {
+            '\\' => out.extend(chars.pop()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The rows of the first Markdown table in `md`, split at unescaped `|`.
+fn markdown_rows(md: &str) -> Vec<Vec<String>> {
+    md.lines()
+        .filter(|l| l.starts_with('|') && l.ends_with('|'))
+        .map(|l| {
+            let mut cells = vec![String::new()];
+            let mut chars = l[1..l.len() - 1].chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '|' => cells.push(String::new()),
+                    '\\' => {
+                        let cell = cells.last_mut().expect("one cell at least");
+                        cell.push(c);
+                        cell.extend(chars.next());
+                    }
+                    c => cells.last_mut().expect("one cell at least").push(c),
+                }
+            }
+            cells.iter().map(|c| c.trim().to_string()).collect()
+        })
+        .collect()
+}
+
+fn check_markdown(extra: &[&str], name: &str) -> (Output, Value, String) {
+    let md = scratch(name, b"");
+    let child = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+        .args([
+            "check",
+            "--rounds",
+            "5",
+            "--warp-iterations",
+            "500",
+            "--json",
+        ])
+        .arg("--markdown")
+        .arg(&md)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let out = wait_bounded(
+        child,
+        hang_bound(Duration::from_secs(60) + default_timeout(2, 5)),
+        name,
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    let text = std::fs::read_to_string(&md).expect("the Markdown file is written");
+    (out, doc, text)
+}
+
+/// `check --markdown FILE` on this host: one row per check saying what the
+/// JSON says (number, id, verdict, reason), the totals of the JSON; against
+/// a baseline in which check 6 passed (it is skipped without a limit), a
+/// baseline column, the regression marked and listed, and exit code 1.
+#[test]
+fn check_writes_the_verdict_table_as_markdown() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let (out, doc, md) = check_markdown(&[], "checks.md");
+    let checks = doc["checks"].as_array().expect("checks");
+    let rows = markdown_rows(&md);
+    assert_eq!(rows[0], ["#", "check", "verdict", "reason"], "{md}");
+    assert_eq!(rows.len(), 2 + checks.len(), "{md}");
+    for (row, c) in rows[2..].iter().zip(checks) {
+        assert_eq!(row[0], c["number"].to_string(), "{md}");
+        assert_eq!(unescape_cell(&row[1]), c["id"].as_str().unwrap_or(""));
+        let verdict = c["verdict"].as_str().unwrap_or("?");
+        assert!(row[2].ends_with(&format!(" {verdict}")), "{row:?}");
+        assert_eq!(unescape_cell(&row[3]), c["reason"].as_str().unwrap_or(""));
+    }
+    let n = &doc["counts"];
+    let totals = format!(
+        "**{} passed, {} failed, {} skipped, {} undecided: {}**",
+        n["passed"],
+        n["failed"],
+        n["skipped"],
+        n["undecided"],
+        if doc["ok"] == true { "OK" } else { "FAILED" }
+    );
+    assert!(md.contains(&totals), "{totals} not in {md}");
+    let kernel = doc["environment"]["kernel_release"].as_str().unwrap_or("?");
+    assert!(
+        md.contains(&format!("**Environment:** kernel {kernel}")),
+        "{md}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(if doc["ok"] == true { 0 } else { 1 })
+    );
+
+    let mut base = doc.clone();
+    let six = base["checks"]
+        .as_array_mut()
+        .and_then(|cs| cs.iter_mut().find(|c| c["id"] == "skew-threshold"))
+        .expect("check 6");
+    assert_eq!(six["verdict"], "SKIP", "no limit given: {six}");
+    six["verdict"] = "PASS".into();
+    // No skew to compare with: a few rounds' median skew is noisy, and its
+    // growth would be the regression's reason instead.
+    base["skew"] = Value::Null;
+    let base = scratch("baseline.json", base.to_string().as_bytes());
+    let base = base.to_str().expect("utf-8");
+    let (out, _, md) = check_markdown(&["--baseline", base], "regressed.md");
+    assert_eq!(out.status.code(), Some(1), "a regression fails the run");
+    let rows = markdown_rows(&md);
+    assert_eq!(rows[0].last().map(String::as_str), Some("baseline"), "{md}");
+    let six = rows
+        .iter()
+        .find(|r| r[1] == "skew-threshold")
+        .expect("row 6");
+    assert_eq!(six[4], "**REGRESSED**: was PASS, now SKIP", "{md}");
+    assert!(md.contains(", 1 regressed: FAILED**"), "{md}");
+    assert!(
+        md.contains("Regressed against the baseline:\n\n- 6. skew-threshold: was PASS, now SKIP\n"),
+        "{md}"
+    );
 }

@@ -21,6 +21,7 @@ pub mod evidence;
 mod judge;
 pub mod junit;
 pub mod ktap;
+pub mod markdown;
 mod measure;
 mod report;
 mod same_start;
