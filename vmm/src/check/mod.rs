@@ -24,6 +24,7 @@ pub mod junit;
 pub mod ktap;
 mod kvmclock;
 mod lock_order;
+pub mod markdown;
 mod master_clock;
 mod measure;
 mod report;

@@ -1,9 +1,10 @@
-//! `check`: the regression checks, their report (text, `--json`, `--junit`),
-//! the baseline comparison and the exit code: 0 every check passed (or was
-//! skipped) and nothing regressed, 1 a check failed or regressed, 2 the
-//! checks could not run, 130/143 stopped by SIGINT/SIGTERM (what was measured
-//! is reported, marked incomplete).
+//! `check`: the regression checks, their report (text, `--json`, `--junit`,
+//! `--ktap`, `--markdown`), the baseline comparison and the exit code: 0
+//! every check passed (or was skipped) and nothing regressed, 1 a check
+//! failed or regressed, 2 the checks could not run, 130/143 stopped by
+//! SIGINT/SIGTERM (what was measured is reported, marked incomplete).
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -13,9 +14,11 @@ use tsc_contract::Variant;
 use super::args::{
     parse_one_variant, parse_percent, parse_positive, parse_rounds, parse_timeout, parse_vcpus,
 };
-use super::common::{cannot_run, install_stop_handlers, Exit};
+use super::common::{cannot_run, create_output, install_stop_handlers, Exit};
 use crate::check::baseline::DEFAULT_TOLERANCE;
-use crate::check::{self, baseline, junit, ktap, CheckOptions, DEFAULT_EXCHANGES};
+use crate::check::{
+    self, baseline, junit, ktap, markdown, CheckOptions, CheckReport, DEFAULT_EXCHANGES,
+};
 use crate::options::default_timeout;
 use crate::output;
 use crate::stop;
@@ -67,6 +70,12 @@ pub struct CheckArgs {
     #[arg(long, value_name = "FILE")]
     pub ktap: Option<PathBuf>,
 
+    /// Also write the verdict table as GitHub-flavoured Markdown (for
+    /// `$GITHUB_STEP_SUMMARY`): environment, one row per check, totals and
+    /// regressions. Created before anything is measured.
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+
     /// Compare with an earlier `check --json` result: a check whose verdict
     /// got worse (PASS > SKIP > FAIL), a missing check, or a median skew that
     /// grew beyond the tolerance fails (exit code 1).
@@ -111,6 +120,11 @@ fn check(args: &CheckArgs) -> Result<Exit, Exit> {
         ),
         None => None,
     };
+    // An unwritable --markdown path fails now, not after the measurement.
+    let markdown_file = match &args.markdown {
+        Some(path) => Some((create_output(path, "Markdown")?, path)),
+        None => None,
+    };
     install_stop_handlers()?;
     let opts = CheckOptions {
         vcpus: args.vcpus,
@@ -143,23 +157,7 @@ fn check(args: &CheckArgs) -> Result<Exit, Exit> {
             eprintln!("warning: check '{m}' is in the baseline but not in this run");
         }
     }
-    if let Some(path) = &args.junit {
-        let xml = junit::render(&report, started.elapsed().as_secs_f64());
-        std::fs::write(path, xml).map_err(|e| {
-            cannot_run(format_args!(
-                "cannot write the JUnit file {}: {e}",
-                path.display()
-            ))
-        })?;
-    }
-    if let Some(path) = &args.ktap {
-        std::fs::write(path, ktap::render(&report)).map_err(|e| {
-            cannot_run(format_args!(
-                "cannot write the KTAP file {}: {e}",
-                path.display()
-            ))
-        })?;
-    }
+    write_files(args, &report, started, markdown_file)?;
     match output::print(&report, args.json, check::render_text) {
         Ok(()) => {}
         Err(e @ output::PrintError::Json(_)) => {
@@ -174,4 +172,40 @@ fn check(args: &CheckArgs) -> Result<Exit, Exit> {
         }
     }
     Ok(if report.ok { Exit::Done } else { Exit::Failed })
+}
+
+/// Writes the `--junit`, `--ktap` and `--markdown` files of the report.
+fn write_files(
+    args: &CheckArgs,
+    report: &CheckReport,
+    started: Instant,
+    markdown_file: Option<(std::fs::File, &PathBuf)>,
+) -> Result<(), Exit> {
+    if let Some(path) = &args.junit {
+        let xml = junit::render(report, started.elapsed().as_secs_f64());
+        std::fs::write(path, xml).map_err(|e| {
+            cannot_run(format_args!(
+                "cannot write the JUnit file {}: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    if let Some(path) = &args.ktap {
+        std::fs::write(path, ktap::render(report)).map_err(|e| {
+            cannot_run(format_args!(
+                "cannot write the KTAP file {}: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    if let Some((mut file, path)) = markdown_file {
+        file.write_all(markdown::render(report).as_bytes())
+            .map_err(|e| {
+                cannot_run(format_args!(
+                    "cannot write the Markdown file {}: {e}",
+                    path.display()
+                ))
+            })?;
+    }
+    Ok(())
 }

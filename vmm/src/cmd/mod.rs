@@ -1,21 +1,25 @@
 //! The command line: the top-level parser and one module per subcommand,
 //! each holding its options and what it does ([`run`], [`compare`],
-//! [`check`]); what they share is in [`common`] (exit codes, stop handling,
-//! the guest image, output files) and [`args`] (value parsers).
+//! [`check`], [`restore`]; [`generate`]: the shell completions and man pages
+//! made from this parser); what they share is in [`common`] (exit codes,
+//! stop handling, the guest image, output files) and [`args`] (value
+//! parsers).
 
 pub mod args;
 pub mod check;
 pub mod common;
 pub mod compare;
+pub mod generate;
 pub mod restore;
 pub mod run;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 pub use args::parse_inject;
 use check::CheckArgs;
 use common::Exit;
 use compare::CompareArgs;
+use generate::{CompletionsArgs, ManArgs};
 use run::RunArgs;
 
 /// Runs Xen's TSC calibration rendezvous, with real `wrmsr IA32_TSC` writes,
@@ -68,6 +72,12 @@ pub enum Cmd {
     /// vCPUs' relative TSC offsets and to the guests' TSCs.
     #[command(after_help = EXIT_CODES)]
     Restore(restore::RestoreArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    /// generated from these options.
+    Completions(CompletionsArgs),
+    /// Print the man page (or a subcommand's, or write them all with
+    /// --out-dir), generated from these options.
+    Man(ManArgs),
 }
 
 /// Runs the command the arguments name.
@@ -77,6 +87,8 @@ pub fn dispatch(cli: Cli) -> Exit {
         Some(Cmd::Compare(args)) => compare::main(&args),
         Some(Cmd::Restore(args)) => restore::main(&args),
         Some(Cmd::Run(args)) => run::main(&args),
+        Some(Cmd::Completions(args)) => generate::completions(&args, Cli::command()),
+        Some(Cmd::Man(args)) => generate::man(&args, Cli::command()),
         None => run::main(&cli.run),
     }
 }
