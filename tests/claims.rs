@@ -303,6 +303,7 @@ fn round(seq: u32, variant: Variant, exit: i64, skew: u64, disagreements: usize)
                 .map(|i| format!("disagreement {i}"))
                 .collect(),
             vcpus: vec![vcpu(0, exit)],
+            kvmclock: None,
         },
     }
 }

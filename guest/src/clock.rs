@@ -1,6 +1,7 @@
 //! kvmclock in the guest: registering each vCPU's page, and what kvmclock
 //! does around a write of a TSC MSR (recorded for the host in the vCPU's
-//! [`ClockRecord`]). The reading itself is `tsc_sync::pvclock`'s, the same
+//! [`ClockRecord`]): a command's write between two reads, or a round's
+//! final write between a read before it and one after the loop. The reading itself is `tsc_sync::pvclock`'s, the same
 //! code the host-thread tests run.
 
 use core::ptr::write_volatile;
@@ -9,6 +10,9 @@ use tsc_contract::{layout, ClockRecord, CLOCK_MAGIC, MSR_KVM_SYSTEM_TIME_NEW};
 use tsc_sync::pvclock::{self, PvclockPage, PvclockReading};
 
 use crate::cpu::{self, Hw};
+
+/// The MSR a round's write goes to.
+const IA32_TSC: u32 = 0x10;
 
 /// vCPU `index`'s kvmclock page.
 pub fn page(index: u32) -> &'static PvclockPage {
@@ -26,7 +30,7 @@ pub fn enable(index: u32) {
 }
 
 /// Reads kvmclock now (the version protocol, a bounded number of retries).
-fn now(ops: &mut Hw, index: u32) -> PvclockReading {
+pub fn now(ops: &mut Hw, index: u32) -> PvclockReading {
     pvclock::read(page(index), ops, 1_000)
 }
 
@@ -37,6 +41,14 @@ pub fn clocked_write(ops: &mut Hw, index: u32, msr: u32, value: u64, tag: u32) {
     cpu::wrmsr(msr, value);
     let after = now(ops, index);
     store(index, msr, value, tag, &before, &after);
+}
+
+/// After a round's loop: reads kvmclock again and keeps, in vCPU `index`'s
+/// clock record tagged `round`, what it saw across the IA32_TSC write of
+/// `written` since `before` (read just before the write).
+pub fn after_round(ops: &mut Hw, index: u32, written: u64, round: u32, before: &PvclockReading) {
+    let after = now(ops, index);
+    store(index, IA32_TSC, written, round, before, &after);
 }
 
 /// Writes vCPU `index`'s clock record, one volatile store per field (no SSE

@@ -2,6 +2,7 @@
 
 use core::arch::asm;
 use tsc_contract::{progress_word, Inject};
+use tsc_sync::pvclock::PvclockReading;
 use tsc_sync::Cpu;
 
 const IA32_TSC: u32 = 0x10;
@@ -23,10 +24,13 @@ pub struct Hw {
     pub delay_round: u32,
     /// How many TSC cycles the delay lasts.
     pub delay_cycles: u64,
-    /// Round mode with kvmclock recording: this vCPU's index, whose TSC
-    /// writes are made between two kvmclock reads ([`crate::clock`]);
-    /// `None`: plain writes.
+    /// Round mode with kvmclock recording: this vCPU's index; kvmclock is
+    /// read just before the TSC read that precedes the final write (outside
+    /// the measured write latency) and again after the loop
+    /// ([`crate::clock`]). `None`: no kvmclock reads.
     pub clocked: Option<u32>,
+    /// The kvmclock reading taken before this round's write, if any.
+    pub clock_before: Option<PvclockReading>,
 }
 
 impl Hw {
@@ -93,17 +97,14 @@ impl Cpu for Hw {
 
     #[inline(always)]
     fn write_tsc(&mut self, value: u64) {
-        match self.clocked {
-            Some(index) => {
-                let round = self.round;
-                crate::clock::clocked_write(self, index, IA32_TSC, value, round);
-            }
-            None => wrmsr(IA32_TSC, value),
-        }
+        wrmsr(IA32_TSC, value);
     }
 
     #[inline(always)]
     fn before_write(&mut self) {
+        if let Some(index) = self.clocked {
+            self.clock_before = Some(crate::clock::now(self, index));
+        }
         if self.round == self.delay_round {
             self.delay();
         }

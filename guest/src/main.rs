@@ -101,6 +101,7 @@ extern "C" fn guest_main(index: u64) -> ! {
         },
         delay_cycles: config.inject_cycles,
         clocked: (kvmclock && config.clock_flags & CLOCK_RECORD_WRITES != 0).then_some(index),
+        clock_before: None,
     };
     let windows = (config.sync_first_window_cycles, config.sync_window_cycles);
     if config.flags & CONFIG_COMMAND_MODE != 0 {
@@ -303,6 +304,9 @@ fn one_round(
             RECORD_NO_TSC_WRITE | RECORD_SYNC_RESULT,
         ),
     };
+    if let (Some(i), Some(before)) = (ops.clocked, ops.clock_before.take()) {
+        clock::after_round(ops, i, out.written, round, &before);
+    }
     ops.publish(progress_word(round, PROGRESS_PAST_LOOP));
     let adjust_after = if has_adjust {
         cpu::read_tsc_adjust()

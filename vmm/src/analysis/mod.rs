@@ -25,8 +25,10 @@
 
 mod accumulate;
 mod arith;
+pub mod clock_jump;
 pub mod guest_view;
 pub mod honoured;
+pub mod kvmclock;
 mod round;
 
 pub use accumulate::RoundAccumulator;

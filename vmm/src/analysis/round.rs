@@ -9,6 +9,7 @@ use serde::Serialize;
 use tsc_contract::{RoundRecord, RECORD_HAS_TSC_ADJUST, RECORD_NO_TSC_WRITE, RECORD_SYNC_RESULT};
 
 use super::arith::{signed_delta, spread};
+use super::clock_jump::KvmclockRound;
 use super::honoured::{combine, guest_saw_jump, write_honoured, DecidedBy, Decision};
 use crate::tsc::TscState;
 use crate::vstate::sync_area::SyncRound;
@@ -157,6 +158,10 @@ pub struct RoundResult {
     pub disagreements: Vec<String>,
     /// Per vCPU.
     pub vcpus: Vec<VcpuResult>,
+    /// kvmclock across the round's IA32_TSC writes (`run --kvmclock`);
+    /// absent without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kvmclock: Option<KvmclockRound>,
 }
 
 /// Which of KVM's evidence decides: the exact offsets when there are any,
@@ -219,6 +224,7 @@ pub fn analyse_round(
         sync,
         disagreements,
         vcpus,
+        kvmclock: None,
     }
 }
 
@@ -486,5 +492,6 @@ pub(crate) fn synthetic_round(round: u32, skew: u64, honoured: Option<bool>) -> 
         sync: None,
         disagreements: Vec::new(),
         vcpus: Vec::new(),
+        kvmclock: None,
     }
 }

@@ -26,6 +26,9 @@ pub struct KvmBackend {
     /// Exchanges per pair of the guest's hand-off test after every round
     /// (0: none).
     guest_view: u32,
+    /// `--kvmclock` asked for; whether the guest could enable it is the
+    /// pool's [`VcpuPool::kvmclock`].
+    kvmclock_asked: bool,
 }
 
 impl KvmBackend {
@@ -58,6 +61,7 @@ impl KvmBackend {
             pool: VcpuPool::start(machine, timeout, rounds)?,
             current: first,
             guest_view: opts.guest_view.unwrap_or(0),
+            kvmclock_asked: opts.kvmclock,
         })
     }
 }
@@ -107,6 +111,12 @@ impl Backend for KvmBackend {
             )
             .map_err(|error| RunError::Handoff { round, error })?;
         }
+        data.clock.clear();
+        if self.kvmclock_asked && self.pool.kvmclock() {
+            for vcpu in 0..vcpus {
+                data.clock.push(memory::read_clock_record(mem, vcpu)?);
+            }
+        }
         // Xen starts every calibration with a fresh shared state.
         memory::reset_rendezvous(mem)?;
         Ok(())
@@ -128,6 +138,18 @@ impl Backend for KvmBackend {
 
     fn skew_set_by(&self) -> &'static str {
         "KVM_VCPU_TSC_OFFSET"
+    }
+
+    fn setup_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.kvmclock_asked && !self.pool.kvmclock() {
+            notes.push(
+                "--kvmclock: KVM does not offer kvmclock to this guest (CPUID lacks \
+                 KVM_FEATURE_CLOCKSOURCE2): no kvmclock jumps were measured"
+                    .into(),
+            );
+        }
+        notes
     }
 
     fn unequal_start(&self, offset: Option<u64>, first: Option<u64>) -> String {

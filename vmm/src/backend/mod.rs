@@ -11,7 +11,7 @@ pub mod kvm;
 
 use std::time::Duration;
 
-use tsc_contract::{HandoffResult, RoundRecord, Variant};
+use tsc_contract::{ClockRecord, HandoffResult, RoundRecord, Variant};
 
 use crate::error::RunError;
 use crate::host::HostInfo;
@@ -33,6 +33,9 @@ pub struct RoundData {
     /// The guest's forced hand-off test after the round (`--guest-view`;
     /// empty without it), every pair validated.
     pub guest_view: Vec<HandoffResult>,
+    /// Every vCPU's kvmclock record of its last TSC write (`--kvmclock`;
+    /// empty without it), raw: the analysis matches each to the round.
+    pub clock: Vec<ClockRecord>,
 }
 
 impl RoundData {
@@ -43,6 +46,7 @@ impl RoundData {
             after: Vec::with_capacity(vcpus),
             sync: None,
             guest_view: Vec::new(),
+            clock: Vec::new(),
         }
     }
 }

@@ -18,16 +18,13 @@
 //! 0, FAIL when one is within it of the move itself (kvmclock followed the
 //! TSC), UNDECIDED otherwise or without what it needs.
 
-use serde::Serialize;
-use tsc_contract::ClockRecord;
-
 use super::evidence::{Check, ClockWrites, Context, Evidence};
 use super::judge::context;
 use super::report::{Finding, Verdict};
+use crate::analysis::clock_jump::{across_write, ClockJump};
 use crate::error::RunError;
 use crate::host::KvmFlavor;
-use crate::tsc::TscState;
-use crate::units::{cycles_to_ns_at, fmt_int as n};
+use crate::units::fmt_int as n;
 
 /// Check 8.
 pub struct KvmclockContinuity;
@@ -64,61 +61,25 @@ impl Check for KvmclockContinuity {
     }
 }
 
-/// One vCPU's kvmclock across one write.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct WriteSeen {
-    /// The vCPU.
-    pub vcpu: u32,
-    /// How far KVM's exact offset moved, cycles (`None` without exact
-    /// offsets).
-    pub tsc_moved_cycles: Option<i64>,
-    /// That in ns.
-    pub tsc_moved_ns: Option<f64>,
-    /// kvmclock's advance between the two reads, ns.
-    pub kvmclock_advance_ns: i64,
-    /// The time that passed between the reads, ns (`None` without Δ).
-    pub elapsed_ns: Option<f64>,
-    /// kvmclock's advance minus the time that passed, ns.
-    pub jump_ns: Option<f64>,
-    /// The page's version before and after.
-    pub version: (u32, u32),
-    /// The page's flags before and after.
-    pub flags: (u8, u8),
-}
+/// One vCPU's kvmclock across one write (the analysis' arithmetic, the same
+/// as `run --kvmclock`'s per round).
+pub type WriteSeen = ClockJump;
 
-/// What each vCPU's kvmclock did across the writes `w`.
+/// What each vCPU's kvmclock did across the writes `w`: the move from KVM's
+/// exact offsets before and after.
 pub fn seen(w: &ClockWrites, khz: u32) -> Vec<WriteSeen> {
     w.records
         .iter()
         .enumerate()
-        .map(|(i, r)| one(i as u32, r, w.before.get(i), w.after.get(i), khz))
+        .map(|(i, r)| {
+            let (before, after) = (w.before.get(i), w.after.get(i));
+            let moved = match (after.and_then(|s| s.offset), before.and_then(|s| s.offset)) {
+                (Some(a), Some(b)) => Some(a.wrapping_sub(b) as i64),
+                _ => None,
+            };
+            across_write(i as u32, r, moved, khz)
+        })
         .collect()
-}
-
-fn one(
-    vcpu: u32,
-    r: &ClockRecord,
-    before: Option<&TscState>,
-    after: Option<&TscState>,
-    khz: u32,
-) -> WriteSeen {
-    let moved = match (after.and_then(|s| s.offset), before.and_then(|s| s.offset)) {
-        (Some(a), Some(b)) => Some(a.wrapping_sub(b) as i64),
-        _ => None,
-    };
-    let raw = i128::from(r.tsc_after.wrapping_sub(r.tsc_before) as i64);
-    let elapsed = moved.and_then(|m| cycles_to_ns_at(raw - i128::from(m), khz));
-    let advance = r.kvmclock_after.wrapping_sub(r.kvmclock_before) as i64;
-    WriteSeen {
-        vcpu,
-        tsc_moved_cycles: moved,
-        tsc_moved_ns: moved.and_then(|m| cycles_to_ns_at(i128::from(m), khz)),
-        kvmclock_advance_ns: advance,
-        elapsed_ns: elapsed,
-        jump_ns: elapsed.map(|e| advance as f64 - e),
-        version: (r.version_before, r.version_after),
-        flags: r.flags_before_after(),
-    }
 }
 
 /// How a write's kvmclock jump reads against the write's move.

@@ -6,6 +6,7 @@ use tsc_contract::{ClockRecord, CLOCK_MAGIC};
 
 use super::*;
 use crate::check::evidence::ClockWrites;
+use crate::tsc::TscState;
 
 const KHZ: u32 = 1_000_000;
 const D: u64 = 4_000_000_000;

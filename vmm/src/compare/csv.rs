@@ -6,8 +6,9 @@
 //! apply: variants without a common TSC write), `skew_cycles` (the
 //! round's skew, repeated on each of its rows), `tsc_adjust_delta`,
 //! `write_latency_cycles`, `write_honoured` (true, false or empty when
-//! undetermined), `disagreements` (the round's count). Warm-up rounds are not
-//! written. CPU 0's loop-exit time is the `exit_latency_cycles` of `vcpu` 0.
+//! undetermined), `disagreements` (the round's count), `kvmclock_jump_ns`
+//! (`--kvmclock`: this vCPU's kvmclock jump across its write; empty without
+//! it). Warm-up rounds are not written. CPU 0's loop-exit time is the `exit_latency_cycles` of `vcpu` 0.
 //!
 //! `compare` writes the rows as the rounds are measured ([`CsvWriter`]), so
 //! nothing is kept for the file and an interrupted run's file has every
@@ -20,7 +21,7 @@ use crate::analysis::VcpuResult;
 
 /// The header line.
 pub const HEADER: &str = "seq,vm,block,round_in_vm,variant,vcpu,exit_latency_cycles,skew_cycles,\
-tsc_adjust_delta,write_latency_cycles,write_honoured,disagreements";
+tsc_adjust_delta,write_latency_cycles,write_honoured,disagreements,kvmclock_jump_ns";
 
 /// A value, or an empty field where it does not apply.
 fn opt(v: Option<i64>) -> String {
@@ -36,12 +37,22 @@ fn honoured(h: Option<bool>) -> &'static str {
     }
 }
 
+/// vCPU `id`'s kvmclock jump in round `r`, ns, or empty.
+fn kvmclock_jump(r: &MeasuredRound, id: u32) -> String {
+    r.result
+        .kvmclock
+        .as_ref()
+        .and_then(|k| k.vcpus.iter().find(|j| j.vcpu == id))
+        .and_then(|j| j.jump_ns)
+        .map_or_else(String::new, |j| format!("{j:.1}"))
+}
+
 /// The row of vCPU `v` in measured round `r` (no line end), in [`HEADER`]'s
 /// column order.
 pub fn row(r: &MeasuredRound, v: &VcpuResult) -> String {
     let res = &r.result;
     format!(
-        "{},{},{},{},{},{},{},{},{},{},{},{}",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{}",
         r.seq,
         r.vm,
         r.block,
@@ -53,7 +64,8 @@ pub fn row(r: &MeasuredRound, v: &VcpuResult) -> String {
         v.tsc_adjust_delta,
         opt(v.write_latency_cycles),
         honoured(v.write_honoured),
-        res.disagreements.len()
+        res.disagreements.len(),
+        kvmclock_jump(r, v.id)
     )
 }
 
@@ -95,6 +107,7 @@ mod tests {
     use std::borrow::Cow;
 
     use super::*;
+    use crate::analysis::clock_jump::{ClockJump, KvmclockRound};
     use crate::analysis::{RoundResult, SkewBasis};
 
     fn vcpu(id: u32, exit: Option<i64>, latency: Option<i64>, h: Option<bool>) -> VcpuResult {
@@ -154,6 +167,19 @@ mod tests {
                     vcpu(0, Some(20_000), Some(35), Some(false)),
                     vcpu(1, None, None, None),
                 ],
+                kvmclock: Some(KvmclockRound {
+                    jump_ns: Some(-12.26),
+                    vcpus: vec![ClockJump {
+                        vcpu: 0,
+                        tsc_moved_cycles: Some(8),
+                        tsc_moved_ns: Some(4.0),
+                        kvmclock_advance_ns: 100,
+                        elapsed_ns: Some(112.26),
+                        jump_ns: Some(-12.26),
+                        version: (2, 2),
+                        flags: (1, 1),
+                    }],
+                }),
             },
         };
         let mut out = Vec::new();
@@ -164,8 +190,8 @@ mod tests {
             lines,
             [
                 HEADER,
-                "7,1,3,12,xen-head,0,20000,4321,-1000,35,false,2",
-                "7,1,3,12,xen-head,1,,4321,-1001,,,2",
+                "7,1,3,12,xen-head,0,20000,4321,-1000,35,false,2,-12.3",
+                "7,1,3,12,xen-head,1,,4321,-1001,,,2,",
             ]
         );
         assert_eq!(honoured(Some(true)), "true");

@@ -166,6 +166,7 @@ impl Tallies {
             cpu0_exit_latency_cycles: t.cpu0_exit().summary(),
             other_exit_latency_cycles: t.other_exit().summary(),
             skew_cycles: t.skew().summary(),
+            kvmclock_jump_ns: t.kvmclock_jump().summary(),
             precision_digits: precision,
         }
     }
@@ -268,15 +269,27 @@ pub enum Metric {
     OtherExitLatencyCycles,
     /// The skew (method a), one value per round.
     SkewCycles,
+    /// `--kvmclock`: the magnitude of the round's largest kvmclock jump
+    /// across the IA32_TSC writes, ns, one value per writing round.
+    KvmclockJumpNs,
 }
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 3] = [
+    pub const ALL: [Metric; 4] = [
         Metric::Cpu0ExitLatencyCycles,
         Metric::OtherExitLatencyCycles,
         Metric::SkewCycles,
+        Metric::KvmclockJumpNs,
     ];
+
+    /// The metrics a comparison covers: the kvmclock jump only where it was
+    /// measured (`--kvmclock`).
+    pub fn compared(kvmclock: bool) -> impl Iterator<Item = Metric> {
+        Metric::ALL
+            .into_iter()
+            .filter(move |m| kvmclock || *m != Metric::KvmclockJumpNs)
+    }
 
     /// Readable name.
     pub fn title(self) -> &'static str {
@@ -284,6 +297,7 @@ impl Metric {
             Metric::Cpu0ExitLatencyCycles => "CPU 0 loop-exit time (cycles)",
             Metric::OtherExitLatencyCycles => "other vCPUs' loop-exit times (cycles)",
             Metric::SkewCycles => "skew (cycles)",
+            Metric::KvmclockJumpNs => "|kvmclock jump| across the writes (ns)",
         }
     }
 
@@ -293,6 +307,7 @@ impl Metric {
             Metric::Cpu0ExitLatencyCycles => t.cpu0_exit(),
             Metric::OtherExitLatencyCycles => t.other_exit(),
             Metric::SkewCycles => t.skew(),
+            Metric::KvmclockJumpNs => t.kvmclock_jump(),
         }
     }
 
@@ -310,6 +325,10 @@ impl Metric {
                 .map(|x| x as f64)
                 .collect(),
             Metric::SkewCycles => of.map(|r| r.result.skew_cycles as f64).collect(),
+            Metric::KvmclockJumpNs => of
+                .filter_map(|r| r.result.kvmclock.as_ref().and_then(|k| k.jump_ns))
+                .map(f64::abs)
+                .collect(),
         }
     }
 }
@@ -331,6 +350,9 @@ pub struct VariantStats {
     pub other_exit_latency_cycles: Option<Summary>,
     /// The skew.
     pub skew_cycles: Option<Summary>,
+    /// `--kvmclock`: the magnitude of each round's largest kvmclock jump, ns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kvmclock_jump_ns: Option<Summary>,
     /// Significant digits of the statistics once a metric had more values
     /// than are kept exactly (a histogram); absent while they are exact.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -14,6 +14,7 @@ fn summary_of(v: &VariantStats, m: Metric) -> Option<&Summary> {
         Metric::Cpu0ExitLatencyCycles => v.cpu0_exit_latency_cycles.as_ref(),
         Metric::OtherExitLatencyCycles => v.other_exit_latency_cycles.as_ref(),
         Metric::SkewCycles => v.skew_cycles.as_ref(),
+        Metric::KvmclockJumpNs => v.kvmclock_jump_ns.as_ref(),
     }
 }
 
@@ -160,6 +161,7 @@ fn comparisons(o: &mut String, r: &CompareReport) {
             Metric::Cpu0ExitLatencyCycles => "cpu0",
             Metric::OtherExitLatencyCycles => "others",
             Metric::SkewCycles => "skew",
+            Metric::KvmclockJumpNs => "kvmclock",
         };
         let _ = writeln!(
             *o,

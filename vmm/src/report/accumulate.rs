@@ -27,6 +27,8 @@ pub struct VariantAccumulator {
     skew: Distribution,
     cpu0_exit: Distribution,
     other_exit: Distribution,
+    /// The magnitude of each round's largest kvmclock jump, ns.
+    kvmclock_jump: Distribution,
     disagreeing: u64,
     first_disagreements: Vec<String>,
     honoured: (bool, bool),
@@ -53,6 +55,7 @@ impl VariantAccumulator {
             skew: Distribution::default(),
             cpu0_exit: Distribution::default(),
             other_exit: Distribution::default(),
+            kvmclock_jump: Distribution::default(),
             disagreeing: 0,
             first_disagreements: Vec::new(),
             honoured: (false, false),
@@ -79,6 +82,7 @@ impl VariantAccumulator {
             skew: Distribution::with_limit(limit),
             cpu0_exit: Distribution::with_limit(limit),
             other_exit: Distribution::with_limit(limit),
+            kvmclock_jump: Distribution::with_limit(limit),
             ..VariantAccumulator::new()
         }
     }
@@ -94,6 +98,9 @@ impl VariantAccumulator {
             if let Some(x) = v.exit_latency_cycles {
                 self.other_exit.record(x as f64);
             }
+        }
+        if let Some(j) = r.kvmclock.as_ref().and_then(|k| k.jump_ns) {
+            self.kvmclock_jump.record(j.abs());
         }
         if !r.disagreements.is_empty() {
             self.disagreeing += 1;
@@ -174,6 +181,11 @@ impl VariantAccumulator {
         &self.other_exit
     }
 
+    /// The magnitudes of the rounds' largest kvmclock jumps, ns.
+    pub fn kvmclock_jump(&self) -> &Distribution {
+        &self.kvmclock_jump
+    }
+
     /// Rounds in which any two methods disagreed.
     pub fn rounds_with_disagreements(&self) -> u64 {
         self.disagreeing
@@ -197,15 +209,21 @@ impl VariantAccumulator {
             (Some(s), Some(khz)) => Some(in_ns(s, khz)),
             _ => None,
         };
-        let precision = [&self.skew, &self.cpu0_exit, &self.other_exit]
-            .iter()
-            .find_map(|d| d.precision());
+        let precision = [
+            &self.skew,
+            &self.cpu0_exit,
+            &self.other_exit,
+            &self.kvmclock_jump,
+        ]
+        .iter()
+        .find_map(|d| d.precision());
         RunSummary {
             rounds: self.rounds as usize,
             skew_cycles: skew,
             skew_ns,
             cpu0_exit_latency_cycles: self.cpu0_exit.summary(),
             other_exit_latency_cycles: self.other_exit.summary(),
+            kvmclock_jump_ns: self.kvmclock_jump.summary(),
             rounds_with_disagreements: self.disagreeing as usize,
             first_disagreements: self.first_disagreements.clone(),
             typical_round: self.typical.as_ref().map(|r| r.round),

@@ -41,6 +41,10 @@ pub struct RunSummary {
     pub cpu0_exit_latency_cycles: Option<Summary>,
     /// The other vCPUs' loop-exit times, cycles.
     pub other_exit_latency_cycles: Option<Summary>,
+    /// `--kvmclock`: per round, the magnitude of the largest kvmclock jump
+    /// across the vCPUs' IA32_TSC writes, ns; absent without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kvmclock_jump_ns: Option<Summary>,
     /// Rounds in which any two methods disagreed.
     pub rounds_with_disagreements: usize,
     /// The first few disagreements, verbatim.
@@ -114,6 +118,12 @@ pub fn summarize_run(rounds: &[RoundResult], tsc_khz: Option<u32>) -> RunSummary
                 .flat_map(|r| r.vcpus.iter().skip(1))
                 .filter_map(|v| v.exit_latency_cycles)
                 .map(|x| x as f64),
+        ),
+        kvmclock_jump_ns: summarize(
+            rounds
+                .iter()
+                .filter_map(|r| r.kvmclock.as_ref().and_then(|k| k.jump_ns))
+                .map(f64::abs),
         ),
         rounds_with_disagreements: disagreeing.len(),
         first_disagreements: disagreeing

@@ -148,6 +148,7 @@ mod tests {
             sync: None,
             disagreements: Vec::new(),
             vcpus: Vec::new(),
+            kvmclock: None,
         }
     }
 

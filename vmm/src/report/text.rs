@@ -121,6 +121,24 @@ fn sync_table(out: &mut String, s: &SyncRound) {
     }
 }
 
+/// The typical round's kvmclock column (`--kvmclock`): the heading for
+/// `None`, vCPU `id`'s jump in ns otherwise; empty without kvmclock.
+fn kvmclock_cell(r: &crate::analysis::RoundResult, id: Option<u32>) -> String {
+    let Some(k) = &r.kvmclock else {
+        return String::new();
+    };
+    let cell = match id {
+        None => "kvmclock jump ns".to_string(),
+        Some(id) => k
+            .vcpus
+            .iter()
+            .find(|j| j.vcpu == id)
+            .and_then(|j| j.jump_ns)
+            .map_or("n/a".into(), fmt_num),
+    };
+    format!(" {cell:>16}")
+}
+
 fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
     let _ = writeln!(out, "\nVariant {} ({} rounds)", v.variant, v.summary.rounds);
     if let (Some(w), true) = (&host.sync_windows, v.variant == LINUX) {
@@ -148,7 +166,7 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
         let guest = r.vcpus.iter().any(|c| c.rel_offset_guest.is_some());
         let _ = writeln!(
             out,
-            "    {:>4} {:>16} {:>14} {:>14} {:>12} {:>20} {:>12}{}",
+            "    {:>4} {:>16} {:>14} {:>14} {:>12} {:>20} {:>12}{}{}",
             "vCPU",
             "TSC_ADJUST delta",
             "offset delta",
@@ -160,7 +178,8 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
                 format!(" {:>20}", "rel. (d) ± err")
             } else {
                 String::new()
-            }
+            },
+            kvmclock_cell(r, None)
         );
         for c in &r.vcpus {
             let d = match (guest, c.rel_offset_guest, c.rel_offset_guest_error) {
@@ -173,9 +192,10 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
                 }
                 (true, _, _) => format!(" {:>20}", "n/a"),
             };
+            let k = kvmclock_cell(r, Some(c.id));
             let _ = writeln!(
                 out,
-                "    {:>4} {:>16} {:>14} {:>14} {:>12} {:>20} {:>12}{d}",
+                "    {:>4} {:>16} {:>14} {:>14} {:>12} {:>20} {:>12}{d}{k}",
                 c.id,
                 fmt_num(c.tsc_adjust_delta as f64),
                 c.offset_delta.map_or("n/a".into(), |d| fmt_num(d as f64)),
@@ -212,6 +232,9 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
         "other exit times (cycles)",
         &v.summary.other_exit_latency_cycles,
     );
+    if v.summary.kvmclock_jump_ns.is_some() {
+        stat_row(out, "|kvmclock jump| (ns)", &v.summary.kvmclock_jump_ns);
+    }
     if let Some(d) = v.summary.precision_digits {
         let _ = writeln!(out, "  {}", precision_line(d));
     }

@@ -8,7 +8,7 @@ use tsc_contract::Variant;
 
 use super::facts::RunFacts;
 use super::schedule::Schedule;
-use crate::analysis::{guest_view, RoundAccumulator, RoundResult};
+use crate::analysis::{guest_view, kvmclock, RoundAccumulator, RoundResult};
 use crate::backend::{Backend, RoundData};
 use crate::error::{Failure, RunError};
 use crate::host::HostInfo;
@@ -116,6 +116,9 @@ impl Driver<'_> {
         let mut result = acc.add(round, variant, &data.records, &data.after, data.sync.take());
         if !data.guest_view.is_empty() {
             guest_view::apply(&mut result, &data.guest_view);
+        }
+        if !data.clock.is_empty() {
+            kvmclock::apply(&mut result, &data.clock, &data.records);
         }
         for d in &result.disagreements {
             log::warn!("round {round}: {d}");

@@ -1,0 +1,208 @@
+//! `run --kvmclock` and `compare --kvmclock` on this host's KVM: every
+//! writing vCPU of every round reports its kvmclock across its write, the
+//! numbers hold together (the jump is the advance minus the time that
+//! passed, the move is the exact offsets' change), the summary counts what
+//! the rounds measured, and `compare` compares it as a fourth metric. Without
+//! the flag nothing of it is written; the host backend refuses it.
+
+mod common;
+
+use std::process::Command;
+
+use common::{kvm_or_skip, validate};
+use serde_json::Value;
+
+fn tool(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn json_of(out: &std::process::Output) -> Value {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("valid JSON")
+}
+
+/// One round's kvmclock findings against its vCPUs.
+fn check_round(round: &Value, vcpus: usize) {
+    let k = &round["kvmclock"];
+    let js = k["vcpus"].as_array().expect("every writer's reading");
+    assert_eq!(js.len(), vcpus, "every vCPU wrote IA32_TSC: {round}");
+    let mut largest: Option<f64> = None;
+    for j in js {
+        let id = j["vcpu"].as_u64().expect("vcpu") as usize;
+        let v = &round["vcpus"][id];
+        assert_eq!(
+            j["tsc_moved_cycles"], v["offset_delta"],
+            "the move is the offsets': {j}"
+        );
+        let advance = j["kvmclock_advance_ns"].as_f64().expect("advance");
+        assert!(advance > 0.0, "kvmclock advanced between the readings: {j}");
+        if let (Some(elapsed), Some(jump)) = (j["elapsed_ns"].as_f64(), j["jump_ns"].as_f64()) {
+            assert!(elapsed > 0.0, "time passed between the readings: {j}");
+            assert!((jump - (advance - elapsed)).abs() < 1.0, "{j}");
+            if largest.is_none_or(|l: f64| jump.abs() > l.abs()) {
+                largest = Some(jump);
+            }
+        }
+        let version = j["version"].as_array().expect("versions");
+        assert!(
+            version
+                .iter()
+                .all(|x| x.as_u64().is_some_and(|x| x % 2 == 0)),
+            "a consistent read never keeps an odd version: {j}"
+        );
+    }
+    assert_eq!(
+        k["jump_ns"].as_f64(),
+        largest,
+        "the round's jump is its largest: {k}"
+    );
+}
+
+#[test]
+fn run_kvmclock_reports_every_writers_jump_beside_the_skew() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let doc = json_of(&tool(&[
+        "run",
+        "--vcpus",
+        "2",
+        "--rounds",
+        "3",
+        "--json",
+        "--kvmclock",
+        "--variant",
+        "all",
+    ]));
+    validate(&doc, include_str!("../vmm/schema/run-v1.json"));
+    let runs = doc["runs"].as_array().expect("runs");
+    for run in runs {
+        let rounds = run["rounds"].as_array().expect("rounds");
+        // Every variant but these two writes IA32_TSC in every round.
+        let writes =
+            !["xen-std", "linux-tsc-sync"].contains(&run["variant"].as_str().unwrap_or(""));
+        for r in rounds {
+            if writes {
+                check_round(r, 2);
+            } else {
+                assert!(
+                    r.get("kvmclock").is_none(),
+                    "no IA32_TSC write, no reading: {r}"
+                );
+            }
+        }
+        let summary = &run["summary"]["kvmclock_jump_ns"];
+        let measured = rounds
+            .iter()
+            .filter(|r| r["kvmclock"]["jump_ns"].is_number())
+            .count();
+        if measured == 0 {
+            assert!(summary.is_null(), "{summary}");
+        } else {
+            assert_eq!(summary["n"].as_u64(), Some(measured as u64), "{summary}");
+        }
+    }
+    // The readable report shows it beside the skew.
+    let text = tool(&[
+        "run",
+        "--rounds",
+        "3",
+        "--kvmclock",
+        "--variant",
+        "xen-head",
+    ]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("kvmclock jump ns"), "{text}");
+    // Without the flag nothing of it is written.
+    let plain = tool(&["run", "--rounds", "2", "--json", "--variant", "xen-head"]);
+    assert!(!String::from_utf8_lossy(&plain.stdout).contains("kvmclock"));
+}
+
+#[test]
+fn compare_kvmclock_compares_the_jump_as_a_fourth_metric() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tsc-kvmclock-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let csv = dir.join("rounds.csv");
+    let doc = json_of(&tool(&[
+        "compare",
+        "--variants",
+        "xen-4.15,xen-head",
+        "--rounds",
+        "6",
+        "--warmup",
+        "1",
+        "--json",
+        "--kvmclock",
+        "--csv",
+        csv.to_str().unwrap_or("rounds.csv"),
+    ]));
+    validate(&doc, include_str!("../vmm/schema/compare-v1.json"));
+    let metrics: Vec<&str> = doc["comparisons"]
+        .as_array()
+        .expect("comparisons")
+        .iter()
+        .filter_map(|c| c["metric"].as_str())
+        .collect();
+    assert!(metrics.contains(&"kvmclock_jump_ns"), "{metrics:?}");
+    for v in doc["per_variant"].as_array().expect("per variant") {
+        let s = &v["kvmclock_jump_ns"];
+        if !s.is_null() {
+            assert!(
+                s["n"].as_u64().unwrap_or(0) <= v["rounds"].as_u64().unwrap_or(0),
+                "{v}"
+            );
+        }
+    }
+    // The CSV has the column, filled for the rows with a jump.
+    let text = std::fs::read_to_string(&csv).expect("the CSV");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let at = header
+        .iter()
+        .position(|h| *h == "kvmclock_jump_ns")
+        .expect("the kvmclock column");
+    let exact = doc["host"]["offset_source"] != "none";
+    for l in lines {
+        let cell = l.split(',').nth(at).unwrap_or("");
+        if exact {
+            assert!(cell.parse::<f64>().is_ok(), "a jump in every row: {l}");
+        }
+    }
+    // Without the flag there is no fourth metric.
+    let plain = json_of(&tool(&[
+        "compare",
+        "--variants",
+        "xen-4.15,xen-head",
+        "--rounds",
+        "4",
+        "--warmup",
+        "1",
+        "--json",
+    ]));
+    assert!(!plain.to_string().contains("kvmclock_jump_ns"));
+}
+
+#[test]
+fn kvmclock_is_refused_on_the_host_backend() {
+    for cmd in ["run", "compare"] {
+        let out = tool(&[cmd, "--backend", "host", "--kvmclock", "--rounds", "2"]);
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--kvmclock") && err.contains("--backend kvm"),
+            "{cmd}: {err}"
+        );
+    }
+}
