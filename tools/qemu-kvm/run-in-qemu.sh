@@ -417,30 +417,8 @@ apt_install() {
         die $EX_HOST "apt-get install $* failed"
 }
 
-need_install=0
-command -v qemu-system-x86_64 >/dev/null || need_install=1
-command -v cpio >/dev/null || need_install=1
-find_static_busybox >/dev/null || need_install=1
-if ((need_install)); then
-    # Seen on the workplace machines: they come with qemu-utils 10 from bookworm-backports,
-    # which Breaks qemu-system-common < 8, so installing bookworm's qemu-system-x86 7.2
-    # (the version these notes were verified with) makes apt remove qemu-utils (qemu-img).
-    # Say so loudly rather than let it pass in the apt noise.
-    apt_update_once || die $EX_HOST "cannot install qemu-system-x86 busybox-static cpio without package lists"
-    removals=$(apt-get -s install --no-install-recommends qemu-system-x86 busybox-static cpio 2>/dev/null |
-        awk '$1 == "Remv" { printf " %s", $2 }')
-    [[ -z $removals ]] || log "warning: installing qemu-system-x86 makes apt REMOVE:$removals"
-    # --no-install-recommends: the recommends pull in a GTK GUI and firmware we do not
-    # use; seabios (needed for -kernel) is a hard dependency.
-    apt_install qemu-system-x86 busybox-static cpio
-fi
-BUSYBOX=$(find_static_busybox) || die $EX_HOST "no statically linked busybox found even after installing busybox-static"
 # objcopy reads the modules' .modinfo (dependencies); binutils is usually there.
 command -v objcopy >/dev/null || apt_install binutils
-
-if [[ -n $SCRIPT ]] && ! why=$("$BUSYBOX" sh -n "$SCRIPT" 2>&1); then
-    die $EX_USAGE "--script '$SCRIPT' is not valid busybox sh: $why"
-fi
 
 # ---------------------------------------------------------------- modules
 # Decompress (or copy) module $1 to the plain ELF file $2: busybox insmod only takes
@@ -816,6 +794,32 @@ else
     KREL=$(cat "$KDIR/kernel-release")
     MODDIR=$KDIR
     KDESC="kernel $KREL (Debian $SUITE, $FLAVOUR)"
+fi
+
+# ---------------------------------------------------------------- QEMU, busybox, cpio
+# (After the kernel: a suite or flavour that does not exist is reported before anything
+# is installed.)
+need_install=0
+command -v qemu-system-x86_64 >/dev/null || need_install=1
+command -v cpio >/dev/null || need_install=1
+find_static_busybox >/dev/null || need_install=1
+if ((need_install)); then
+    # Seen on the workplace machines: they come with qemu-utils 10 from bookworm-backports,
+    # which Breaks qemu-system-common < 8, so installing bookworm's qemu-system-x86 7.2
+    # (the version these notes were verified with) makes apt remove qemu-utils (qemu-img).
+    # Say so loudly rather than let it pass in the apt noise.
+    apt_update_once || die $EX_HOST "cannot install qemu-system-x86 busybox-static cpio without package lists"
+    removals=$(apt-get -s install --no-install-recommends qemu-system-x86 busybox-static cpio 2>/dev/null |
+        awk '$1 == "Remv" { printf " %s", $2 }')
+    [[ -z $removals ]] || log "warning: installing qemu-system-x86 makes apt REMOVE:$removals"
+    # --no-install-recommends: the recommends pull in a GTK GUI and firmware we do not
+    # use; seabios (needed for -kernel) is a hard dependency.
+    apt_install qemu-system-x86 busybox-static cpio
+fi
+BUSYBOX=$(find_static_busybox) || die $EX_HOST "no statically linked busybox found even after installing busybox-static"
+
+if [[ -n $SCRIPT ]] && ! why=$("$BUSYBOX" sh -n "$SCRIPT" 2>&1); then
+    die $EX_USAGE "--script '$SCRIPT' is not valid busybox sh: $why"
 fi
 
 EXPECTED_KREL=$KREL # what the host meant to boot; the guest reports what it ran
