@@ -78,7 +78,7 @@ EOF
 
 default_suites="bullseye,bookworm,trixie"
 default_tests="kvm_run,check,kvm_compare,faults,signals,restore,initial_skew"
-default_tcg=single
+default_tcg=multi
 suites=
 suites_given=0
 flavour=amd64

@@ -10,7 +10,8 @@
 # variant) and counts how each boot ended: completed, hung (QEMU killed at the
 # timeout), or crashed (QEMU ended without the exit marker: guest panic), plus guest
 # kernel warnings (soft lockups, RCU stalls, Oopses) in boots that completed.
-# One QEMU at a time; the results go to OUT/boots.tsv and OUT/summary.txt.
+# One QEMU at a time; the results go to OUT/boots.tsv and OUT/summary.txt (by
+# mttcg-soak-summary.py, which also gives check 5's lock hand-off numbers).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -80,6 +81,9 @@ out=$(cd "$out" && pwd)
 
 if [[ -z $bin ]]; then
     bin=$root/target/static/x86_64-unknown-linux-gnu/release/tsc-rendezvous
+fi
+# (kernel-matrix.sh's static build leaves one at that path; build only without it.)
+if [[ ! -x $bin ]]; then
     echo "mttcg-soak: building a static tsc-rendezvous" >&2
     (cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked \
         --target x86_64-unknown-linux-gnu --target-dir "$root/target/static" >&2)
@@ -132,7 +136,9 @@ for ((b = 1; b <= boots; b++)); do
     qs=$(sed -n 's/^qemu_seconds=//p' "$w/run-info.txt" 2>/dev/null || true)
     ws=$(sed -n 's/^workload_seconds=//p' "$w/out/results.txt" 2>/dev/null || true)
     # Warnings of the guest kernel: on the console (panics, hangs) or in its dmesg.
-    warn=$(cat "$w/serial.log" "$w/out/dmesg.txt" 2>/dev/null |
+    # (Not in the base64 blocks of the files coming back, where "int3" or "Oops" can occur.)
+    warn=$({ awk '/^@@TSC-QEMU-FILE [0-9a-f]+ /{ skip = 1 } !skip { print } /^@@TSC-QEMU-FILE-END@@/{ skip = 0 }' \
+        "$w/serial.log" 2>/dev/null; cat "$w/out/dmesg.txt" 2>/dev/null; } |
         grep -aoE 'soft lockup|hard LOCKUP|rcu_(sched|preempt) (self-)?detected stall|Oops|BUG:|Kernel panic|general protection fault|int3|WARNING: CPU' |
         sort | uniq -c | awk '{ n = $1; $1 = ""; printf "%s%s x%d", sep, substr($0, 2), n; sep = "; " }' || true)
     read -r v5 r5 < <(python3 - "$w/out/check.json" <<'PY' || echo "- -"
@@ -150,20 +156,5 @@ PY
     echo "mttcg-soak: boot $b/$boots: $outcome (exit $rc) in ${qs:-?}s; check 5 ${v5:--}${warn:+; guest kernel: $warn}" >&2
 done
 
-python3 - "$tsv" "$qemu_version" "$thread" "$smp" >"$out/summary.txt" <<'PY'
-import csv, statistics, sys
-rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-n = len(rows)
-count = lambda o: sum(1 for r in rows if r["outcome"] == o)
-secs = [float(r["qemu_seconds"]) for r in rows if r["outcome"] == "completed" and r["qemu_seconds"] not in ("", "-")]
-warned = sum(1 for r in rows if r["kernel_warnings"] not in ("", "-"))
-v5 = {}
-for r in rows:
-    v5[r["check5"]] = v5.get(r["check5"], 0) + 1
-print(f"QEMU {sys.argv[2]} thread={sys.argv[3]} smp={sys.argv[4]}: {n} boots, {count('completed')} completed, "
-      f"{count('hang')} hangs, {count('panic')} panics, {count('error')} other errors, "
-      f"{warned} with guest kernel warnings; median boot {statistics.median(secs) if secs else float('nan'):.1f} s "
-      f"(min {min(secs) if secs else float('nan'):.1f}, max {max(secs) if secs else float('nan'):.1f}); "
-      f"check 5: {', '.join(f'{k} x{v}' for k, v in sorted(v5.items()))}")
-PY
+python3 -B "$here/mttcg-soak-summary.py" "$out" >"$out/summary.txt"
 cat "$out/summary.txt"

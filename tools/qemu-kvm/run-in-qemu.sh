@@ -40,6 +40,8 @@ readonly M_FAIL_RE='@@TSC-QEMU-SETUP-FAIL [^@]*@@'
 # rt-amd64, ...); an unknown one is reported with the flavours the suite has.
 readonly DEFAULT_SUITE=bookworm
 readonly DEFAULT_FLAVOUR=amd64
+# thread=multi needs a QEMU at least this new (older ones hung; see install_qemu).
+readonly QEMU_MULTI_MIN=10
 readonly SUITE_RE='^[a-z]+(-backports(-sloppy)?)?$'
 readonly FLAVOUR_RE='^[a-z0-9]+(-[a-z0-9]+)*$'
 readonly DEBIAN_MIRROR=http://deb.debian.org/debian
@@ -116,10 +118,13 @@ Machine and run:
   --timeout SECS   wall-clock limit for the QEMU run, boot included (default 600;
                    package installs and the one-off kernel download come on top)
   --smp N          number of emulated CPUs (default 2)
-  --tcg-thread MODE  single or multi: QEMU's TCG runs the emulated CPUs one after
-                   another on one host thread (single, default) or each on its own
-                   host thread, truly in parallel (multi; see the notes for when it
-                   hangs)
+  --tcg-thread MODE  multi or single: QEMU's TCG runs each emulated CPU on its own
+                   host thread, truly in parallel (multi, the default), or all of
+                   them one after another on one host thread (single: the vCPUs
+                   then rarely interleave, and the guest's warp test sees few lock
+                   hand-offs). multi needs QEMU >= $QEMU_MULTI_MIN (older ones hung in
+                   kvm_destroy_vm): on Debian bookworm QEMU is installed from
+                   bookworm-backports; with an older QEMU, multi falls back to single
   --mem MB         guest memory in MiB (default 1024)
   --cpu MODEL      QEMU -cpu model (default max; it must offer svm for kvm_amd)
   --workdir DIR    where to put initrd.gz, serial.log, prog-output.txt, out/,
@@ -139,7 +144,9 @@ qemu_seconds (QEMU start to exit) and guest_uptime_start / guest_uptime_end (the
 guest kernel's uptime when the program started and just before power-off).
 
 Needs root (installs qemu-system-x86, busybox-static, cpio with apt-get when
-missing). Kernels are cached per suite and package version in
+missing; on Debian bookworm QEMU comes from bookworm-backports, which is then
+added to apt's sources as /etc/apt/sources.list.d/tsc-rendezvous-bookworm-backports.sources
+unless a source has it already). Kernels are cached per suite, flavour and package version in
 \${XDG_CACHE_HOME:-\$HOME/.cache}/tsc-rendezvous/qemu-kvm.
 Emulation is slow (~1 ms per guest exit): check KVM semantics with it, not timings.
 EOF
@@ -156,7 +163,7 @@ die() {
 # ---------------------------------------------------------------- command line
 TIMEOUT=600
 SMP=2
-TCG_THREAD=single
+TCG_THREAD=multi
 MEM=1024
 CPU=max
 WORKDIR=
@@ -710,16 +717,19 @@ resolve_kernel() {
     fi
     for attempt in 1 2; do
         pkg=$(kernel_pkg)
+        if [[ -z $pkg ]] && have_private_lists; then
+            # Current lists without the flavour: say what there is (no update helps).
+            flavours=$(suite_flavours)
+            if ((PRIV_UPDATED)) || [[ -n $flavours && " $flavours " != *" $FLAVOUR "* ]]; then
+                [[ -n $flavours ]] ||
+                    die $EX_USAGE "Debian $SUITE has no amd64 kernel (no linux-image-* metapackage in its lists)"
+                [[ " $flavours " == *" $FLAVOUR "* ]] ||
+                    die $EX_USAGE "Debian $SUITE has no kernel flavour '$FLAVOUR' (no linux-image-$FLAVOUR). Flavours there: $flavours"
+            fi
+        fi
         if [[ -z $pkg ]]; then
             if ((attempt == 1 && !PRIV_UPDATED)) && private_update; then continue; fi
             if have_private_lists; then
-                flavours=$(suite_flavours)
-                if [[ -z $flavours ]]; then
-                    die $EX_USAGE "Debian $SUITE has no amd64 kernel (no linux-image-* metapackage in its lists)"
-                fi
-                if [[ " $flavours " != *" $FLAVOUR "* ]]; then
-                    die $EX_USAGE "Debian $SUITE has no kernel flavour '$FLAVOUR' (no linux-image-$FLAVOUR). Flavours there: $flavours"
-                fi
                 log "linux-image-$FLAVOUR of $SUITE does not point at a linux-image-* package"
             else
                 log "no package lists for $SUITE (apt-get update could not fetch them: offline?)"
@@ -799,23 +809,65 @@ fi
 # ---------------------------------------------------------------- QEMU, busybox, cpio
 # (After the kernel: a suite or flavour that does not exist is reported before anything
 # is installed.)
-need_install=0
-command -v qemu-system-x86_64 >/dev/null || need_install=1
-command -v cpio >/dev/null || need_install=1
-find_static_busybox >/dev/null || need_install=1
-if ((need_install)); then
-    # Seen on the workplace machines: they come with qemu-utils 10 from bookworm-backports,
-    # which Breaks qemu-system-common < 8, so installing bookworm's qemu-system-x86 7.2
-    # (the version these notes were verified with) makes apt remove qemu-utils (qemu-img).
-    # Say so loudly rather than let it pass in the apt noise.
-    apt_update_once || die $EX_HOST "cannot install qemu-system-x86 busybox-static cpio without package lists"
-    removals=$(apt-get -s install --no-install-recommends qemu-system-x86 busybox-static cpio 2>/dev/null |
+# QEMU: thread=multi was measured reliable with Debian's QEMU 10.0 (see the notes and
+# tools/qemu-kvm/measurements.md); bookworm's own 7.2 hung in kvm_destroy_vm with it. So
+# on a bookworm host QEMU comes from bookworm-backports (10.x), which also keeps the
+# qemu-utils 10 these machines come with (bookworm's 7.2 would make apt remove it);
+# newer Debian releases have 10.x or later themselves.
+qemu_major() {
+    local m
+    m=$(qemu-system-x86_64 --version 2>/dev/null | awk 'NR == 1 { split($4, v, "."); print v[1] + 0; exit }') || true
+    echo "${m:-0}"
+}
+host_codename() {
+    sed -n 's/^VERSION_CODENAME=//p' /etc/os-release 2>/dev/null | tr -d '"' || true
+}
+# Lets the machine's apt see SUITE-backports (default priority 100: nothing else is
+# taken from it unless asked for with -t), adding a sources file of our own unless some
+# source has the suite already. Idempotent.
+enable_backports() {
+    local c=$1 f=/etc/apt/sources.list.d/tsc-rendezvous-$1-backports.sources have=0 g
+    for g in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+        [[ -f $g ]] && grep -qsE "^[^#]*[[:space:]]$c-backports([[:space:]]|\$)" "$g" && have=1
+    done
+    if ((!have)); then
+        [[ -f $DEBIAN_KEYRING ]] || apt_install debian-archive-keyring
+        log "adding Debian $c-backports to apt's sources ($f), for QEMU"
+        printf 'Types: deb\nURIs: %s\nSuites: %s-backports\nComponents: main\nSigned-By: %s\n' \
+            "$DEBIAN_MIRROR" "$c" "$DEBIAN_KEYRING" >"$f" || die $EX_HOST "cannot write $f"
+        APT_UPDATED=0
+    fi
+    apt-cache policy 2>/dev/null | grep -qF " $c-backports/main " || APT_UPDATED=0
+    apt_update_once || die $EX_HOST "cannot read Debian $c-backports's package lists"
+}
+install_qemu() {
+    local -a target=() removals
+    if [[ $(host_codename) == bookworm ]]; then
+        enable_backports bookworm
+        target=(-t bookworm-backports)
+    fi
+    apt_update_once || die $EX_HOST "cannot install qemu-system-x86 without package lists"
+    # Say loudly if apt would remove something (it would remove qemu-utils 10 for
+    # bookworm's own QEMU 7.2) rather than let it pass in the apt noise.
+    removals=$(apt-get -s install --no-install-recommends "${target[@]}" qemu-system-x86 2>/dev/null |
         awk '$1 == "Remv" { printf " %s", $2 }')
     [[ -z $removals ]] || log "warning: installing qemu-system-x86 makes apt REMOVE:$removals"
     # --no-install-recommends: the recommends pull in a GTK GUI and firmware we do not
     # use; seabios (needed for -kernel) is a hard dependency.
-    apt_install qemu-system-x86 busybox-static cpio
+    apt_install "${target[@]}" qemu-system-x86
+}
+if ! command -v qemu-system-x86_64 >/dev/null; then
+    install_qemu
+elif [[ $TCG_THREAD == multi ]] && (($(qemu_major) < QEMU_MULTI_MIN)); then
+    log "QEMU $(qemu_major).x is older than $QEMU_MULTI_MIN, the first whose thread=multi was measured reliable: upgrading"
+    install_qemu
 fi
+if [[ $TCG_THREAD == multi ]] && (($(qemu_major) < QEMU_MULTI_MIN)); then
+    log "warning: QEMU $(qemu_major).x hung with thread=multi before; falling back to thread=single (see --tcg-thread)"
+    TCG_THREAD=single
+fi
+command -v cpio >/dev/null || apt_install cpio
+find_static_busybox >/dev/null || apt_install busybox-static
 BUSYBOX=$(find_static_busybox) || die $EX_HOST "no statically linked busybox found even after installing busybox-static"
 
 if [[ -n $SCRIPT ]] && ! why=$("$BUSYBOX" sh -n "$SCRIPT" 2>&1); then
@@ -953,8 +1005,11 @@ cp -- "$STAGE/init" "$WORKDIR/init.sh" # for inspection
 rm -rf -- "$STAGE"
 
 # ---------------------------------------------------------------- boot
-# - thread=single: multi-threaded TCG hung intermittently in kvm_destroy_vm (an IPI
-#   that never completes); single-threaded TCG never hung and is no slower here.
+# - thread=multi (default): every emulated CPU on its own host thread, so the vCPUs of
+#   the KVM guests inside really run at the same time (the warp test's lock changes
+#   hands tens to hundreds of times instead of once). With QEMU 7.2 it hung now and then
+#   in kvm_destroy_vm; with QEMU 10.0 no hang or panic in 60 boots (measurements.md).
+#   --tcg-thread single goes back to one host thread for all vCPUs.
 # - -cpu max: exposes SVM (and more) to the guest; kvm_amd needs it.
 # - tsc=reliable: with -smp >= 2 the emulated kernel otherwise marks its TSC unstable
 #   and KVM then rewrites vCPU TSC offsets behind the program's back.
