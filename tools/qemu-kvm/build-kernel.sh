@@ -9,7 +9,8 @@
 # does; the machine's apt sources are not changed), configures it from `make tinyconfig`
 # plus exactly what the QEMU guest needs (64-bit, SMP, serial console, initramfs,
 # devtmpfs, proc/sysfs/debugfs, ELF and #! binaries, futexes and the fds Rust's std and
-# KVM use, ACPI for power-off, KVM with kvm_amd), builds bzImage and the modules, and
+# KVM use, the syscalls and AF_UNIX sockets the test binaries need, ACPI for power-off,
+# KVM with kvm_amd), builds bzImage and the modules, and
 # installs the modules into OUT/modules (a tree --modules takes).
 # Not part of CI: it takes tens of minutes on 2 cores.
 set -euo pipefail
@@ -164,10 +165,18 @@ want_y=(
     MODULES MODULE_UNLOAD # insmod of kvm.ko / kvm-amd.ko
     CPU_SUP_AMD # the emulated CPU is an AMD one (-cpu max)
     VIRTUALIZATION
+    # System calls and AF_UNIX sockets that static glibc/Rust programs may take for
+    # granted and tinyconfig leaves out. (Added while chasing the test binaries' hang,
+    # whose cause turned out to be the random pool: run-in-qemu.sh boots with
+    # random.trust_cpu=on. Kept because the kernel that passed the matrix had them.)
+    NET UNIX ADVISE_SYSCALLS MEMBARRIER RSEQ AIO KCMP SYSVIPC FHANDLE CROSS_MEMORY_ATTACH
 )
 args=()
 for o in "${want_y[@]}"; do args+=(--enable "$o"); done
 args+=(--set-val NR_CPUS 8)
+# Seed the random pool from RDRAND at boot where the kernel still has this option (6.1;
+# later kernels take the boot parameter random.trust_cpu=on, which run-in-qemu.sh passes).
+args+=(--enable RANDOM_TRUST_CPU)
 if [[ $KVM_MODE == m ]]; then
     args+=(--module KVM --module KVM_AMD)
 else

@@ -1013,6 +1013,10 @@ rm -rf -- "$STAGE"
 # - -cpu max: exposes SVM (and more) to the guest; kvm_amd needs it.
 # - tsc=reliable: with -smp >= 2 the emulated kernel otherwise marks its TSC unstable
 #   and KVM then rewrites vCPU TSC offsets behind the program's back.
+# - random.trust_cpu=on: seed the kernel's random pool from RDRAND (-cpu max has it) at
+#   boot, as Debian's kernels do by their config; a minimal kernel (tinyconfig) does not,
+#   and then a program that waits for the pool (Rust's getrandom fallback polls
+#   /dev/random) blocks forever: nothing in this guest makes entropy.
 # - quiet: keep the boot log short; panic=-1 + -no-reboot: a guest panic ends QEMU
 #   at once instead of hanging until the timeout.
 # - -display none -vga none -serial stdio -monitor none instead of -nographic: the same
@@ -1022,7 +1026,7 @@ rm -rf -- "$STAGE"
 #   stdio either.
 # - -nic none: no network is wanted, and skipping the NIC skips its option ROM.
 # - stdin from /dev/null: QEMU would put a terminal on stdin into raw mode.
-APPEND='console=ttyS0 quiet panic=-1 tsc=reliable'
+APPEND='console=ttyS0 quiet panic=-1 tsc=reliable random.trust_cpu=on'
 # shellcheck disable=SC2054 # the commas are part of QEMU's option syntax
 QEMU=(qemu-system-x86_64 -accel "tcg,thread=$TCG_THREAD" -cpu "$CPU" -smp "$SMP" -m "$MEM"
     -display none -vga none -serial stdio -monitor none -no-reboot -nic none
