@@ -32,9 +32,18 @@ readonly M_BEGIN='@@TSC-QEMU-BEGIN@@'
 readonly M_EXIT_RE='@@TSC-QEMU-EXIT [0-9]+@@'
 readonly M_FAIL_RE='@@TSC-QEMU-SETUP-FAIL [^@]*@@'
 
-# Debian suites whose linux-image-amd64 can be booted (--suite), and where they live.
-readonly SUITES=(bullseye bookworm trixie)
+# --suite takes any Debian suite with an amd64 kernel: a release (bullseye, bookworm,
+# trixie, ...; also the aliases oldstable, stable, testing), sid/unstable, experimental,
+# or a backports suite (trixie-backports, ...). Which exist is the archive's business: an
+# unknown name is found out by apt (no Release file) and reported with the names
+# distro-info-data knows. --flavour picks linux-image-FLAVOUR (amd64, cloud-amd64,
+# rt-amd64, ...); an unknown one is reported with the flavours the suite has.
 readonly DEFAULT_SUITE=bookworm
+readonly DEFAULT_FLAVOUR=amd64
+# thread=multi needs a QEMU at least this new (older ones hung; see install_qemu).
+readonly QEMU_MULTI_MIN=10
+readonly SUITE_RE='^[a-z]+(-backports(-sloppy)?)?$'
+readonly FLAVOUR_RE='^[a-z0-9]+(-[a-z0-9]+)*$'
 readonly DEBIAN_MIRROR=http://deb.debian.org/debian
 readonly DEBIAN_SECURITY=http://deb.debian.org/debian-security
 readonly DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
@@ -62,18 +71,29 @@ Output goes to the serial console, which is copied to stdout and to
 WORKDIR/serial.log; the program's (script's) output alone is written to
 WORKDIR/prog-output.txt. The script exits with the program's (script's) exit code.
 
-Kernel (default: Debian $DEFAULT_SUITE's linux-image-amd64):
-  --suite SUITE    boot the kernel of Debian SUITE's linux-image-amd64 (one of:
-                   ${SUITES[*]}; default $DEFAULT_SUITE, Linux 5.10 / 6.1 / 6.12).
-                   The package is found through private apt lists (SUITE,
-                   SUITE-updates, SUITE-security from deb.debian.org) kept in the
-                   cache; the machine's apt sources are neither used nor changed.
-  --refresh-kernel update those lists and use the kernel linux-image-amd64 points
+Kernel (default: the newest kernel of Debian $DEFAULT_SUITE, flavour $DEFAULT_FLAVOUR):
+  --suite SUITE    boot the newest kernel of Debian SUITE: any suite with an amd64
+                   kernel, e.g. bullseye, bookworm, trixie (Linux 5.10, 6.1, 6.12),
+                   sid, experimental, or a backports suite such as trixie-backports
+                   or bookworm-backports (default $DEFAULT_SUITE). The kernel is the one
+                   linux-image-FLAVOUR points at; both packagings work (one
+                   linux-image-REL package, or from 7.x an empty linux-image-REL with
+                   the kernel in linux-binary-REL and the modules in
+                   linux-modules-REL). The packages are found through private apt lists
+                   (SUITE, and for a release SUITE-updates and SUITE-security, from
+                   deb.debian.org) kept in the cache; the machine's apt sources are
+                   neither used nor changed. An unknown suite is an error naming the
+                   suites that exist.
+  --flavour FLAVOUR, --flavor FLAVOUR
+                   the kernel flavour: $DEFAULT_FLAVOUR (default), cloud-amd64, rt-amd64,
+                   or whatever linux-image-FLAVOUR packages SUITE has (an unknown one
+                   is an error listing them)
+  --refresh-kernel update those lists and use the kernel linux-image-FLAVOUR points
                    at now, downloading it if it is not cached (default: reuse the
-                   newest cached kernel of the suite without asking apt, which needs
-                   no network and keeps runs on one kernel)
+                   newest cached kernel of the suite and flavour without asking apt,
+                   which needs no network and keeps runs on one kernel)
   --kernel BZIMAGE boot this kernel instead (e.g. arch/x86/boot/bzImage of a build
-                   tree); not with --suite or --refresh-kernel
+                   tree); not with --suite, --flavour or --refresh-kernel
   --modules DIR    with --kernel: where its modules are: a tree made by
                    'make modules_install INSTALL_MOD_PATH=DIR' (DIR/lib/modules/REL/),
                    a lib/modules/REL directory, or any directory holding the .ko
@@ -98,6 +118,13 @@ Machine and run:
   --timeout SECS   wall-clock limit for the QEMU run, boot included (default 600;
                    package installs and the one-off kernel download come on top)
   --smp N          number of emulated CPUs (default 2)
+  --tcg-thread MODE  multi or single: QEMU's TCG runs each emulated CPU on its own
+                   host thread, truly in parallel (multi, the default), or all of
+                   them one after another on one host thread (single: the vCPUs
+                   then rarely interleave, and the guest's warp test sees few lock
+                   hand-offs). multi needs QEMU >= $QEMU_MULTI_MIN (older ones hung in
+                   kvm_destroy_vm): on Debian bookworm QEMU is installed from
+                   bookworm-backports; with an older QEMU, multi falls back to single
   --mem MB         guest memory in MiB (default 1024)
   --cpu MODEL      QEMU -cpu model (default max; it must offer svm for kvm_amd)
   --workdir DIR    where to put initrd.gz, serial.log, prog-output.txt, out/,
@@ -117,7 +144,9 @@ qemu_seconds (QEMU start to exit) and guest_uptime_start / guest_uptime_end (the
 guest kernel's uptime when the program started and just before power-off).
 
 Needs root (installs qemu-system-x86, busybox-static, cpio with apt-get when
-missing). Kernels are cached per suite and package version in
+missing; on Debian bookworm QEMU comes from bookworm-backports, which is then
+added to apt's sources as /etc/apt/sources.list.d/tsc-rendezvous-bookworm-backports.sources
+unless a source has it already). Kernels are cached per suite, flavour and package version in
 \${XDG_CACHE_HOME:-\$HOME/.cache}/tsc-rendezvous/qemu-kvm.
 Emulation is slow (~1 ms per guest exit): check KVM semantics with it, not timings.
 EOF
@@ -134,12 +163,14 @@ die() {
 # ---------------------------------------------------------------- command line
 TIMEOUT=600
 SMP=2
+TCG_THREAD=multi
 MEM=1024
 CPU=max
 WORKDIR=
 DMESG=0
 REFRESH=0
 SUITE=
+FLAVOUR=
 USER_KERNEL=
 USER_MODULES=
 SCRIPT=
@@ -152,6 +183,10 @@ while (($#)); do
         --timeout=*) TIMEOUT=${1#*=}; shift ;;
         --smp) need_value $# "$1"; SMP=$2; shift 2 ;;
         --smp=*) SMP=${1#*=}; shift ;;
+        --tcg-thread) need_value $# "$1"; TCG_THREAD=$2; shift 2 ;;
+        --tcg-thread=*) TCG_THREAD=${1#*=}; shift ;;
+        --flavour | --flavor) need_value $# "$1"; FLAVOUR=$2; shift 2 ;;
+        --flavour=* | --flavor=*) FLAVOUR=${1#*=}; shift ;;
         --mem) need_value $# "$1"; MEM=$2; shift 2 ;;
         --mem=*) MEM=${1#*=}; shift ;;
         --cpu) need_value $# "$1"; CPU=$2; shift 2 ;;
@@ -189,6 +224,7 @@ PROG_ARGS=("$@") # the program's arguments, or with --script the script's
 [[ $TIMEOUT =~ ^[0-9]+$ && $TIMEOUT -gt 0 ]] || die $EX_USAGE "--timeout must be a positive integer (seconds)"
 [[ $SMP =~ ^[0-9]+$ && $SMP -ge 1 ]] || die $EX_USAGE "--smp must be a positive integer"
 [[ $MEM =~ ^[0-9]+$ && $MEM -ge 256 ]] || die $EX_USAGE "--mem must be an integer >= 256 (MiB)"
+[[ $TCG_THREAD == single || $TCG_THREAD == multi ]] || die $EX_USAGE "--tcg-thread must be single or multi (got '$TCG_THREAD')"
 for e in "${ENVS[@]+"${ENVS[@]}"}"; do
     [[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die $EX_USAGE "--env wants NAME=VALUE, got '$e'"
 done
@@ -196,11 +232,16 @@ done
 # Kernel choice.
 if [[ -n $USER_KERNEL ]]; then
     [[ -z $SUITE ]] || die $EX_USAGE "--suite and --kernel exclude each other (--suite picks a Debian kernel)"
+    [[ -z $FLAVOUR ]] || die $EX_USAGE "--flavour picks a Debian kernel; it does nothing with --kernel"
     ((!REFRESH)) || die $EX_USAGE "--refresh-kernel is for Debian kernels; it does nothing with --kernel"
 else
     [[ -z $USER_MODULES ]] || die $EX_USAGE "--modules needs --kernel (Debian kernels bring their own modules)"
     SUITE=${SUITE:-$DEFAULT_SUITE}
-    [[ " ${SUITES[*]} " == *" $SUITE "* ]] || die $EX_USAGE "--suite must be one of: ${SUITES[*]} (got '$SUITE')"
+    FLAVOUR=${FLAVOUR:-$DEFAULT_FLAVOUR}
+    [[ $SUITE =~ $SUITE_RE ]] ||
+        die $EX_USAGE "--suite '$SUITE' is not a Debian suite name (a codename or alias such as bookworm, trixie, sid, stable, optionally with -backports)"
+    [[ $FLAVOUR =~ $FLAVOUR_RE ]] ||
+        die $EX_USAGE "--flavour '$FLAVOUR' is not a kernel flavour name (such as amd64, cloud-amd64, rt-amd64)"
 fi
 
 # Succeeds if $1 has the x86 boot protocol's "HdrS" signature at 0x202, i.e. is a
@@ -383,30 +424,8 @@ apt_install() {
         die $EX_HOST "apt-get install $* failed"
 }
 
-need_install=0
-command -v qemu-system-x86_64 >/dev/null || need_install=1
-command -v cpio >/dev/null || need_install=1
-find_static_busybox >/dev/null || need_install=1
-if ((need_install)); then
-    # Seen on the workplace machines: they come with qemu-utils 10 from bookworm-backports,
-    # which Breaks qemu-system-common < 8, so installing bookworm's qemu-system-x86 7.2
-    # (the version these notes were verified with) makes apt remove qemu-utils (qemu-img).
-    # Say so loudly rather than let it pass in the apt noise.
-    apt_update_once || die $EX_HOST "cannot install qemu-system-x86 busybox-static cpio without package lists"
-    removals=$(apt-get -s install --no-install-recommends qemu-system-x86 busybox-static cpio 2>/dev/null |
-        awk '$1 == "Remv" { printf " %s", $2 }')
-    [[ -z $removals ]] || log "warning: installing qemu-system-x86 makes apt REMOVE:$removals"
-    # --no-install-recommends: the recommends pull in a GTK GUI and firmware we do not
-    # use; seabios (needed for -kernel) is a hard dependency.
-    apt_install qemu-system-x86 busybox-static cpio
-fi
-BUSYBOX=$(find_static_busybox) || die $EX_HOST "no statically linked busybox found even after installing busybox-static"
 # objcopy reads the modules' .modinfo (dependencies); binutils is usually there.
 command -v objcopy >/dev/null || apt_install binutils
-
-if [[ -n $SCRIPT ]] && ! why=$("$BUSYBOX" sh -n "$SCRIPT" 2>&1); then
-    die $EX_USAGE "--script '$SCRIPT' is not valid busybox sh: $why"
-fi
 
 # ---------------------------------------------------------------- modules
 # Decompress (or copy) module $1 to the plain ELF file $2: busybox insmod only takes
@@ -496,45 +515,125 @@ prepare_modules() {
 # ---------------------------------------------------------------- Debian kernel cache
 CACHE=${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/tsc-rendezvous/qemu-kvm
 # $CACHE/apt/<suite>/: private apt sources list, lists and cache for that suite.
-# $CACHE/kernels/<suite>/<package>_<version>/: vmlinuz, kernel-release, modules.load
-# and the modules named there (uncompressed).
+# $CACHE/kernels/<suite>/<flavour>/<package>_<version>/: vmlinuz, kernel-release,
+# origin, modules.load and the modules named there (uncompressed).
 APT_DIR=
 APT_OPTS=()
-setup_private_apt() {
-    APT_DIR=$CACHE/apt/$SUITE
-    mkdir -p -- "$APT_DIR/lists/partial" "$APT_DIR/cache/archives/partial" || return 1
-    [[ -f $DEBIAN_KEYRING ]] || apt_install debian-archive-keyring
-    {
-        printf 'deb [signed-by=%s] %s %s main\n' "$DEBIAN_KEYRING" "$DEBIAN_MIRROR" "$SUITE"
-        printf 'deb [signed-by=%s] %s %s-updates main\n' "$DEBIAN_KEYRING" "$DEBIAN_MIRROR" "$SUITE"
-        printf 'deb [signed-by=%s] %s %s-security main\n' "$DEBIAN_KEYRING" "$DEBIAN_SECURITY" "$SUITE"
-    } >"$APT_DIR/sources.list" || return 1
-    # An empty dpkg status: a kernel package installed on this machine must not become
-    # the candidate for another suite.
-    [[ -f $APT_DIR/status ]] || : >"$APT_DIR/status" || return 1
+# apt options that make apt use only the files under $1 (sources.list, lists, cache, an
+# empty dpkg status) instead of the machine's configuration.
+private_apt_opts() {
     # APT::Sandbox::User=root: apt would drop to the _apt user for downloads, which
     # cannot write into a cache under root's 0700 home (it warns and falls back anyway).
-    APT_OPTS=(-o "Dir::Etc::SourceList=$APT_DIR/sources.list" -o Dir::Etc::SourceParts=/dev/null
-        -o "Dir::State::Lists=$APT_DIR/lists" -o "Dir::Cache=$APT_DIR/cache"
-        -o "Dir::State::status=$APT_DIR/status"
+    APT_OPTS=(-o "Dir::Etc::SourceList=$1/sources.list" -o Dir::Etc::SourceParts=/dev/null
+        -o "Dir::State::Lists=$1/lists" -o "Dir::Cache=$1/cache"
+        -o "Dir::State::status=$1/status"
         -o Dir::Etc::Preferences=/dev/null -o Dir::Etc::PreferencesParts=/dev/null
         -o APT::Architectures=amd64 -o Acquire::Languages=none -o APT::Sandbox::User=root)
 }
-PRIV_UPDATED=0
-private_update() {
-    PRIV_UPDATED=1
-    log "updating the private package lists for Debian $SUITE ($APT_DIR)"
-    DEBIAN_FRONTEND=noninteractive apt-get "${APT_OPTS[@]}" update -qq >&2 ||
-        { log "warning: apt-get update for $SUITE failed"; return 1; }
+private_apt_dirs() {
+    mkdir -p -- "$1/lists/partial" "$1/cache/archives/partial" || return 1
+    # An empty dpkg status: a kernel package installed on this machine must not become
+    # the candidate for another suite.
+    [[ -f $1/status ]] || : >"$1/status"
+}
+# Where a suite's packages are: a release (bookworm, stable, ...) has its point-release
+# updates in SUITE-updates and its security fixes in SUITE-security; sid, experimental
+# and the backports suites are one suite each.
+suite_sources() {
+    printf 'deb [signed-by=%s] %s %s main\n' "$DEBIAN_KEYRING" "$DEBIAN_MIRROR" "$SUITE"
+    case $SUITE in
+        sid | unstable | experimental | rc-buggy | *-backports | *-backports-sloppy) ;;
+        *)
+            printf 'deb [signed-by=%s] %s %s-updates main\n' "$DEBIAN_KEYRING" "$DEBIAN_MIRROR" "$SUITE"
+            printf 'deb [signed-by=%s] %s %s-security main\n' "$DEBIAN_KEYRING" "$DEBIAN_SECURITY" "$SUITE"
+            ;;
+    esac
+}
+setup_private_apt() {
+    APT_DIR=$CACHE/apt/$SUITE
+    private_apt_dirs "$APT_DIR" || return 1
+    [[ -f $DEBIAN_KEYRING ]] || apt_install debian-archive-keyring
+    suite_sources >"$APT_DIR/sources.list" || return 1
+    private_apt_opts "$APT_DIR"
 }
 have_private_lists() {
-    [[ -n $(find "$APT_DIR/lists" -maxdepth 1 -name '*_Packages*' -print -quit 2>/dev/null) ]]
+    [[ -n $(find "$APT_DIR/lists" -maxdepth 1 -name "*_dists_${SUITE}_main_binary-amd64_Packages*" -print -quit 2>/dev/null) ]]
+}
+PRIV_UPDATED=0
+SUITE_MISSING=0
+# Updates the private lists. Fails when the suite's own lists could not be had; a
+# missing SUITE-updates or SUITE-security (a release in development has none) is fine.
+# Sets SUITE_MISSING when the archive has no such suite.
+private_update() {
+    local errs=$APT_DIR/update-errors.txt
+    PRIV_UPDATED=1
+    log "updating the private package lists for Debian $SUITE ($APT_DIR)"
+    DEBIAN_FRONTEND=noninteractive apt-get "${APT_OPTS[@]}" update -qq 2>"$errs" >&2 && return 0
+    if grep -qF " $SUITE Release' does not have a Release file" "$errs"; then
+        SUITE_MISSING=1
+        return 1
+    fi
+    if have_private_lists && ! grep -q '^E: Failed to fetch\|^W: Failed to fetch\|Could not resolve' "$errs"; then
+        return 0
+    fi
+    sed 's/^/  apt: /' "$errs" >&2
+    log "warning: apt-get update for $SUITE failed"
+    return 1
+}
+
+# The Debian suites that exist now, for the message about an unknown one: the newest
+# five release codenames distro-info-data knows, sid and experimental, and each
+# release's backports suite, kept if the archive has a Release file for it (apt
+# fetches only the Release files, about 1 MB in all). Without network or distro-info
+# data: the names without that check.
+existing_suites() {
+    local csv=/usr/share/distro-info/debian.csv dir=$CACHE/apt/.suites cand=() s out
+    if [[ -r $csv ]]; then
+        mapfile -t cand < <(awk -F, 'NR > 1 && $1 ~ /^[0-9]+$/ { print $3 }' "$csv" | tail -n 5)
+    fi
+    ((${#cand[@]})) || cand=(bullseye bookworm trixie forky)
+    for s in "${cand[@]}"; do cand+=("$s-backports"); done
+    cand+=(sid experimental)
+    private_apt_dirs "$dir" || { echo "${cand[*]}"; return 0; }
+    rm -f -- "$dir"/lists/*_InRelease
+    for s in "${cand[@]}"; do
+        printf 'deb [signed-by=%s] %s %s main\n' "$DEBIAN_KEYRING" "$DEBIAN_MIRROR" "$s"
+    done >"$dir/sources.list"
+    private_apt_opts "$dir"
+    apt-get "${APT_OPTS[@]}" -o Acquire::IndexTargets::deb::Packages::DefaultEnabled=false \
+        -o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false \
+        -o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false \
+        -o Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false \
+        -o Acquire::IndexTargets::deb::Contents-deb::DefaultEnabled=false \
+        update -qq >/dev/null 2>&1 || true
+    out=()
+    for s in "${cand[@]}"; do
+        [[ -z $(find "$dir/lists" -maxdepth 1 -name "*_dists_${s}_InRelease" -print -quit) ]] || out+=("$s")
+    done
+    if ((${#out[@]})); then echo "${out[*]}"; else echo "${cand[*]} (not checked: the archive did not answer)"; fi
+}
+
+# The flavours (linux-image-FLAVOUR metapackages) the suite's lists have.
+suite_flavours() {
+    apt-cache "${APT_OPTS[@]}" pkgnames linux-image- 2>/dev/null |
+        grep -E '^linux-image-[a-z][a-z0-9-]*$' | grep -vE -- '-(dbg|template)$' |
+        sed 's/^linux-image-//' | LC_ALL=C sort -u | tr '\n' ' ' | sed 's/ $//'
 }
 
 # The versioned package the metapackage points at, e.g. linux-image-6.1.0-57-amd64.
 kernel_pkg() {
-    apt-cache "${APT_OPTS[@]}" depends linux-image-amd64 2>/dev/null |
+    apt-cache "${APT_OPTS[@]}" depends "linux-image-$FLAVOUR" 2>/dev/null |
         awk '!found && $1 ~ /^\|?Depends:$/ && $2 ~ /^linux-image-[0-9]/ { print $2; found = 1 }'
+}
+# The packages that hold the kernel of the versioned package $1: itself (one package
+# with boot/vmlinuz-REL and lib/modules/REL), or, where it is an empty meta package
+# (Debian's 7.x packaging), the linux-binary-* (usr/lib/modules/REL/vmlinuz) and
+# linux-modules-* packages it depends on.
+kernel_payload_pkgs() {
+    local split
+    split=$(apt-cache "${APT_OPTS[@]}" depends "$1" 2>/dev/null |
+        awk '$1 ~ /^\|?Depends:$/ && $2 ~ /^linux-(binary|modules)-[0-9]/ { print $2 }' | LC_ALL=C sort -u)
+    if [[ -n $split ]]; then echo "$split"; else echo "$1"; fi
 }
 pkg_version() {
     apt-cache "${APT_OPTS[@]}" show --no-all-versions "$1" 2>/dev/null | awk '!found && $1 == "Version:" { print $2; found = 1 }'
@@ -550,37 +649,53 @@ fetch_kernel() {
 }
 # (Called in a condition, where `set -e` is off: every step checks its own status.)
 fetch_kernel_into() {
-    local tmp=$1 pkg=$2 ver=$3 dest=$4 deb x vmlinuz rel moddir
-    log "downloading $pkg${ver:+=$ver} from Debian $SUITE (about 70-110 MB, once)"
-    (cd "$tmp" && apt-get "${APT_OPTS[@]}" download -qq "$pkg${ver:+=$ver}" >&2) || return 1
-    deb=$(find "$tmp" -maxdepth 1 -name '*.deb' -print -quit)
-    [[ -n $deb ]] || return 1
+    local tmp=$1 pkg=$2 ver=$3 dest=$4 p v deb x vmlinuz rel moddir d
+    local -a payload=() specs=()
+    mapfile -t payload < <(kernel_payload_pkgs "$pkg")
+    for p in "${payload[@]}"; do
+        v=$(pkg_version "$p")
+        specs+=("$p${v:+=$v}")
+    done
+    log "downloading ${specs[*]} from Debian $SUITE (about 70-130 MB, once)"
+    (cd "$tmp" && apt-get "${APT_OPTS[@]}" download -qq "${specs[@]}" >&2) || return 1
     x=$tmp/x
-    dpkg -x "$deb" "$x" || return 1
+    for deb in "$tmp"/*.deb; do
+        [[ -f $deb ]] || { log "apt-get download left no .deb"; return 1; }
+        dpkg -x "$deb" "$x" || return 1
+    done
     mkdir "$tmp/out" || return 1
+    # boot/vmlinuz-REL (one package) or usr/lib/modules/REL/vmlinuz (linux-binary-*).
     vmlinuz=$(find "$x/boot" -maxdepth 1 -name 'vmlinuz-*' -print -quit 2>/dev/null)
-    [[ -n $vmlinuz ]] || { log "no boot/vmlinuz-* in $pkg"; return 1; }
+    if [[ -n $vmlinuz ]]; then
+        rel=${vmlinuz##*/vmlinuz-}
+    else
+        vmlinuz=$(find "$x/usr/lib/modules" "$x/lib/modules" -mindepth 2 -maxdepth 2 -name vmlinuz -print -quit 2>/dev/null)
+        [[ -n $vmlinuz ]] || { log "no boot/vmlinuz-* nor usr/lib/modules/*/vmlinuz in ${payload[*]}"; return 1; }
+        rel=${vmlinuz%/vmlinuz}
+        rel=${rel##*/}
+    fi
     cp -- "$vmlinuz" "$tmp/out/vmlinuz" || return 1
-    rel=${vmlinuz##*/vmlinuz-}
     echo "$rel" >"$tmp/out/kernel-release" || return 1
     moddir=
     for d in "$x/lib/modules/$rel" "$x/usr/lib/modules/$rel"; do
-        [[ -d $d ]] && { moddir=$d; break; }
+        [[ -d $d && -n $(find "$d" -type f \( "${MODULE_GLOB[@]}" \) -print -quit) ]] && { moddir=$d; break; }
     done
-    [[ -n $moddir ]] || { log "no lib/modules/$rel in $pkg"; return 1; }
+    [[ -n $moddir ]] || { log "no modules under (usr/)lib/modules/$rel in ${payload[*]}"; return 1; }
     prepare_modules "$moddir" "$tmp/out" "$rel" || return 1
-    echo "$SUITE $pkg $ver" >"$tmp/out/origin" || return 1
+    echo "$SUITE $FLAVOUR $pkg $ver (${payload[*]})" >"$tmp/out/origin" || return 1
     mkdir -p -- "${dest%/*}" && rm -rf -- "$dest" && mv -- "$tmp/out" "$dest"
 }
 
-# The newest cached kernel of $1 (a kernels/<suite> directory), by download time.
+# The newest cached kernel of $1 (a kernels/<suite>/<flavour> directory), by download time.
 newest_cached_kernel() {
     find "$1" -mindepth 2 -maxdepth 2 -name modules.load -printf '%T@ %h\n' 2>/dev/null |
         sort -rn | awk 'NR == 1 { print $2 }'
 }
 
+# Prints the directory of the kernel to boot. Exits $EX_USAGE (after saying why) for a
+# suite or flavour that does not exist; fails otherwise.
 resolve_kernel() {
-    local pkg ver dest newest attempt kroot=$CACHE/kernels/$SUITE
+    local pkg ver dest newest attempt flavours kroot=$CACHE/kernels/$SUITE/$FLAVOUR
     # Serialise concurrent runs sharing the cache (the fetch is not atomic otherwise).
     exec 9>"$CACHE/.lock"
     flock 9
@@ -595,12 +710,27 @@ resolve_kernel() {
     if ((REFRESH)) || ! have_private_lists; then
         private_update || true
     fi
+    if ((SUITE_MISSING)); then
+        rm -rf -- "$APT_DIR" # nothing worth keeping for a suite that does not exist
+        log "looking up which Debian suites exist"
+        die $EX_USAGE "Debian has no suite '$SUITE' (the archive has no Release file for it). Suites that exist: $(existing_suites); also the aliases oldstable, stable, testing, unstable and their -backports"
+    fi
     for attempt in 1 2; do
         pkg=$(kernel_pkg)
+        if [[ -z $pkg ]] && have_private_lists; then
+            # Current lists without the flavour: say what there is (no update helps).
+            flavours=$(suite_flavours)
+            if ((PRIV_UPDATED)) || [[ -n $flavours && " $flavours " != *" $FLAVOUR "* ]]; then
+                [[ -n $flavours ]] ||
+                    die $EX_USAGE "Debian $SUITE has no amd64 kernel (no linux-image-* metapackage in its lists)"
+                [[ " $flavours " == *" $FLAVOUR "* ]] ||
+                    die $EX_USAGE "Debian $SUITE has no kernel flavour '$FLAVOUR' (no linux-image-$FLAVOUR). Flavours there: $flavours"
+            fi
+        fi
         if [[ -z $pkg ]]; then
             if ((attempt == 1 && !PRIV_UPDATED)) && private_update; then continue; fi
             if have_private_lists; then
-                log "linux-image-amd64 of $SUITE does not point at a linux-image-* package"
+                log "linux-image-$FLAVOUR of $SUITE does not point at a linux-image-* package"
             else
                 log "no package lists for $SUITE (apt-get update could not fetch them: offline?)"
             fi
@@ -665,13 +795,86 @@ if [[ -n $USER_KERNEL ]]; then
 else
     mkdir -p -- "$CACHE"
     # (resolve_kernel runs in a subshell; its cache lock goes away with it.)
-    KDIR=$(resolve_kernel) ||
-        die $EX_HOST "could not obtain Debian $SUITE's kernel (apt-get download linux-image-*-amd64 failed)"
+    krc=0
+    KDIR=$(resolve_kernel) || krc=$?
+    ((krc != EX_USAGE)) || exit $EX_USAGE
+    ((krc == 0)) ||
+        die $EX_HOST "could not obtain Debian $SUITE's $FLAVOUR kernel (apt-get download of linux-image-$FLAVOUR's packages failed)"
     KIMAGE=$KDIR/vmlinuz
     KREL=$(cat "$KDIR/kernel-release")
     MODDIR=$KDIR
-    KDESC="kernel $KREL (Debian $SUITE)"
+    KDESC="kernel $KREL (Debian $SUITE, $FLAVOUR)"
 fi
+
+# ---------------------------------------------------------------- QEMU, busybox, cpio
+# (After the kernel: a suite or flavour that does not exist is reported before anything
+# is installed.)
+# QEMU: thread=multi was measured reliable with Debian's QEMU 10.0 (see the notes and
+# tools/qemu-kvm/measurements.md); bookworm's own 7.2 hung in kvm_destroy_vm with it. So
+# on a bookworm host QEMU comes from bookworm-backports (10.x), which also keeps the
+# qemu-utils 10 these machines come with (bookworm's 7.2 would make apt remove it);
+# newer Debian releases have 10.x or later themselves.
+qemu_major() {
+    local m
+    m=$(qemu-system-x86_64 --version 2>/dev/null | awk 'NR == 1 { split($4, v, "."); print v[1] + 0; exit }') || true
+    echo "${m:-0}"
+}
+host_codename() {
+    sed -n 's/^VERSION_CODENAME=//p' /etc/os-release 2>/dev/null | tr -d '"' || true
+}
+# Lets the machine's apt see SUITE-backports (default priority 100: nothing else is
+# taken from it unless asked for with -t), adding a sources file of our own unless some
+# source has the suite already. Idempotent.
+enable_backports() {
+    local c=$1 f=/etc/apt/sources.list.d/tsc-rendezvous-$1-backports.sources have=0 g
+    for g in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+        [[ -f $g ]] && grep -qsE "^[^#]*[[:space:]]$c-backports([[:space:]]|\$)" "$g" && have=1
+    done
+    if ((!have)); then
+        [[ -f $DEBIAN_KEYRING ]] || apt_install debian-archive-keyring
+        log "adding Debian $c-backports to apt's sources ($f), for QEMU"
+        printf 'Types: deb\nURIs: %s\nSuites: %s-backports\nComponents: main\nSigned-By: %s\n' \
+            "$DEBIAN_MIRROR" "$c" "$DEBIAN_KEYRING" >"$f" || die $EX_HOST "cannot write $f"
+        APT_UPDATED=0
+    fi
+    apt-cache policy 2>/dev/null | grep -qF " $c-backports/main " || APT_UPDATED=0
+    apt_update_once || die $EX_HOST "cannot read Debian $c-backports's package lists"
+}
+install_qemu() {
+    local -a target=() removals
+    if [[ $(host_codename) == bookworm ]]; then
+        enable_backports bookworm
+        target=(-t bookworm-backports)
+    fi
+    apt_update_once || die $EX_HOST "cannot install qemu-system-x86 without package lists"
+    # Say loudly if apt would remove something (it would remove qemu-utils 10 for
+    # bookworm's own QEMU 7.2) rather than let it pass in the apt noise.
+    removals=$(apt-get -s install --no-install-recommends "${target[@]}" qemu-system-x86 2>/dev/null |
+        awk '$1 == "Remv" { printf " %s", $2 }')
+    [[ -z $removals ]] || log "warning: installing qemu-system-x86 makes apt REMOVE:$removals"
+    # --no-install-recommends: the recommends pull in a GTK GUI and firmware we do not
+    # use; seabios (needed for -kernel) is a hard dependency.
+    apt_install "${target[@]}" qemu-system-x86
+}
+if ! command -v qemu-system-x86_64 >/dev/null; then
+    install_qemu
+elif [[ $TCG_THREAD == multi ]] && (($(qemu_major) < QEMU_MULTI_MIN)); then
+    log "QEMU $(qemu_major).x is older than $QEMU_MULTI_MIN, the first whose thread=multi was measured reliable: upgrading"
+    install_qemu
+fi
+if [[ $TCG_THREAD == multi ]] && (($(qemu_major) < QEMU_MULTI_MIN)); then
+    log "warning: QEMU $(qemu_major).x hung with thread=multi before; falling back to thread=single (see --tcg-thread)"
+    TCG_THREAD=single
+fi
+command -v cpio >/dev/null || apt_install cpio
+find_static_busybox >/dev/null || apt_install busybox-static
+BUSYBOX=$(find_static_busybox) || die $EX_HOST "no statically linked busybox found even after installing busybox-static"
+
+if [[ -n $SCRIPT ]] && ! why=$("$BUSYBOX" sh -n "$SCRIPT" 2>&1); then
+    die $EX_USAGE "--script '$SCRIPT' is not valid busybox sh: $why"
+fi
+
+EXPECTED_KREL=$KREL # what the host meant to boot; the guest reports what it ran
 
 # ---------------------------------------------------------------- initramfs
 mkdir -p "$STAGE"/{bin,dev,proc,sys,tmp,lib/modules}
@@ -802,11 +1005,18 @@ cp -- "$STAGE/init" "$WORKDIR/init.sh" # for inspection
 rm -rf -- "$STAGE"
 
 # ---------------------------------------------------------------- boot
-# - thread=single: multi-threaded TCG hung intermittently in kvm_destroy_vm (an IPI
-#   that never completes); single-threaded TCG never hung and is no slower here.
+# - thread=multi (default): every emulated CPU on its own host thread, so the vCPUs of
+#   the KVM guests inside really run at the same time (the warp test's lock changes
+#   hands tens to hundreds of times instead of once). With QEMU 7.2 it hung now and then
+#   in kvm_destroy_vm; with QEMU 10.0 no hang or panic in 60 boots (measurements.md).
+#   --tcg-thread single goes back to one host thread for all vCPUs.
 # - -cpu max: exposes SVM (and more) to the guest; kvm_amd needs it.
 # - tsc=reliable: with -smp >= 2 the emulated kernel otherwise marks its TSC unstable
 #   and KVM then rewrites vCPU TSC offsets behind the program's back.
+# - random.trust_cpu=on: seed the kernel's random pool from RDRAND (-cpu max has it) at
+#   boot, as Debian's kernels do by their config; a minimal kernel (tinyconfig) does not,
+#   and then a program that waits for the pool (Rust's getrandom fallback polls
+#   /dev/random) blocks forever: nothing in this guest makes entropy.
 # - quiet: keep the boot log short; panic=-1 + -no-reboot: a guest panic ends QEMU
 #   at once instead of hanging until the timeout.
 # - -display none -vga none -serial stdio -monitor none instead of -nographic: the same
@@ -816,15 +1026,16 @@ rm -rf -- "$STAGE"
 #   stdio either.
 # - -nic none: no network is wanted, and skipping the NIC skips its option ROM.
 # - stdin from /dev/null: QEMU would put a terminal on stdin into raw mode.
-APPEND='console=ttyS0 quiet panic=-1 tsc=reliable'
+APPEND='console=ttyS0 quiet panic=-1 tsc=reliable random.trust_cpu=on'
 # shellcheck disable=SC2054 # the commas are part of QEMU's option syntax
-QEMU=(qemu-system-x86_64 -accel tcg,thread=single -cpu "$CPU" -smp "$SMP" -m "$MEM"
+QEMU=(qemu-system-x86_64 -accel "tcg,thread=$TCG_THREAD" -cpu "$CPU" -smp "$SMP" -m "$MEM"
     -display none -vga none -serial stdio -monitor none -no-reboot -nic none
     -kernel "$KIMAGE" -initrd "$INITRD" -append "$APPEND")
 printf '%q ' "${QEMU[@]}" >"$WORKDIR/qemu-cmdline.txt"
 echo >>"$WORKDIR/qemu-cmdline.txt"
 
-log "$KDESC, smp $SMP, timeout ${TIMEOUT}s, workdir $WORKDIR"
+QEMU_VERSION=$(qemu-system-x86_64 --version 2>/dev/null | awk 'NR == 1 { print $4 }')
+log "$KDESC, QEMU ${QEMU_VERSION:-?} (TCG thread=$TCG_THREAD), smp $SMP, timeout ${TIMEOUT}s, workdir $WORKDIR"
 t0=$(date +%s.%N)
 
 # QEMU writes straight into the log file and `tail --pid` copies it to stdout; unlike
@@ -882,8 +1093,9 @@ guest_rel=${guest_rel#@@TSC-QEMU-KERNEL }
 [[ -z $guest_rel ]] || KREL=${guest_rel%@@}
 rc=${exit_line#@@TSC-QEMU-EXIT }
 rc=${rc%@@}
-printf 'kernel_release=%s\nexit_code=%s\nqemu_seconds=%s\nguest_uptime_start=%s\nguest_uptime_end=%s\n' \
-    "$KREL" "$rc" "$ELAPSED" "$up_start" "$up_end" >"$INFO"
+printf 'kernel_release=%s\nexpected_release=%s\nexit_code=%s\nqemu_seconds=%s\nguest_uptime_start=%s\nguest_uptime_end=%s\n' \
+    "$KREL" "$EXPECTED_KREL" "$rc" "$ELAPSED" "$up_start" "$up_end" >"$INFO"
+printf 'qemu_version=%s\ntcg_thread=%s\nsmp=%s\n' "$QEMU_VERSION" "$TCG_THREAD" "$SMP" >>"$INFO"
 
 # Files the script wrote to $G_OUT: decode each block, keep it only if its md5 matches.
 if [[ -n $SCRIPT ]]; then
