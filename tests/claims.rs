@@ -446,4 +446,5 @@ fn the_plot_legend_counts_the_rounds_beyond_the_axis() {
 #[test]
 fn every_documentation_page_is_read_by_the_tests() {
     common::docs::check_pages_listed();
+    common::docs::check_links();
 }

@@ -93,3 +93,27 @@ pub fn check_ids() -> Vec<String> {
     );
     ids
 }
+
+/// Every relative link of the documentation (`[text](path)` or
+/// `[text](path#anchor)`) names a file or directory that exists, relative to
+/// the page that holds it.
+pub fn check_links() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let mut broken = Vec::new();
+    for (page, text) in PAGES {
+        let dir = root.join(page).parent().map(std::path::Path::to_path_buf);
+        let dir = dir.unwrap_or_else(|| root.to_path_buf());
+        for (at, _) in text.match_indices("](") {
+            let rest = &text[at + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = rest[..end].split('#').next().unwrap_or("");
+            if target.is_empty() || target.contains("://") || target.contains(' ') {
+                continue;
+            }
+            if !dir.join(target).exists() {
+                broken.push(format!("{page}: {target}"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to nothing: {broken:#?}");
+}

@@ -42,6 +42,8 @@ CHECK_IDS = [
     "warp",
     "skew-threshold",
     "save-restore",
+    "kvmclock-continuity",
+    "master-clock",
 ]
 N_CHECKS = len(CHECK_IDS)
 # Variants whose rounds write no common TSC value: their run-level writes_honoured
@@ -49,9 +51,12 @@ N_CHECKS = len(CHECK_IDS)
 NO_COMMON_WRITE = ("xen-std", "linux-tsc-sync")
 # The restore methods and what each must do on a kernel with KVM_VCPU_TSC_OFFSET.
 RESTORE_METHODS = ("documented", "msr", "msr-twice")
-# The reasons that may make check 5 UNDECIDED on a correct host: the warp test could
-# not see a warp of the measured size.
-WARP_UNDECIDED_REASONS = ("the lock never passed", "the shortest of")
+# The reasons that may make check 5 UNDECIDED on a correct host: the forced hand-off
+# test's bound was too wide to see a warp of the measured size, or the control's move
+# was within it.
+WARP_UNDECIDED_REASONS = ("it could not have seen a warp of that size", "not resolved")
+# What check 5's control may end with on real KVM (it needs the exact offsets' move).
+WARP_CONTROL_OUTCOMES = ("seen", "unresolved")
 SHORT = {"PASS": "PASS", "FAIL": "FAIL", "SKIP": "SKIP", "UNDECIDED": "UNDEC"}
 
 
@@ -107,7 +112,8 @@ class Kernel:
         self.tests = []  # (name, ok)
         self.seconds = None
         self.qemu_seconds = None
-        self.extra = []  # checks beyond the known ones: "8 id VERDICT"
+        self.extra = []  # checks beyond the known ones: "10 id VERDICT"
+        self.vcpus = None  # check's --vcpus
         self.restore = None  # "documented kept, msr snapped, ..." or a failure
         self.skew = None  # "kept by xen-std, removed by 5" / "refused" or a failure
 
@@ -221,6 +227,7 @@ class Kernel:
             self.fail("check", f"exit {rc}{extra}", f"{why}; stderr: {stderr or '(empty)'}")
             return
         self.judge_env("check", doc.get("environment") or {})
+        self.vcpus = (doc.get("options") or {}).get("vcpus")
         checks = doc.get("checks") or []
         ids = [c.get("id") for c in checks]
         if ids != CHECK_IDS:
@@ -247,6 +254,7 @@ class Kernel:
                     if not vals.get("comparisons") or vals.get("mismatches"):
                         self.fail(name, verdict, f"a PASS needs exact comparisons and no mismatch; values {json.dumps(vals)}")
             elif cid == "warp":
+                self.judge_warp_values(name, verdict, c.get("values") or {})
                 if verdict == "PASS":
                     pass
                 elif verdict == "UNDECIDED":
@@ -273,6 +281,27 @@ class Kernel:
             self.fail("check exit code", f"exit {rc}{extra}", f"expected 0; stderr: {stderr or '(empty)'}")
         if doc.get("ok") is not True:
             self.fail("check ok", f"ok {doc.get('ok')}", f"check.json says not ok; counts {json.dumps(doc.get('counts'))}; incomplete: {doc.get('incomplete')}")
+
+    def judge_warp_values(self, name, verdict, vals):
+        """Check 5's evidence on real KVM, whatever its verdict: every ordered pair was
+        exercised, every exact relative offset lies in the interval the guest saw (the
+        guest never contradicts KVM), and the control moved the exact offset and was
+        seen or honestly unresolved."""
+        pairs = vals.get("pairs") or []
+        n = self.vcpus or 2
+        if len(pairs) != n * (n - 1):
+            self.fail(name, verdict, f"expected {n * (n - 1)} ordered pairs, got {len(pairs)}")
+        for p in pairs:
+            lo, hi, exact = p.get("guest_lower_cycles"), p.get("guest_upper_cycles"), p.get("exact_offset_cycles")
+            if exact is None:
+                self.fail(name, verdict, f"pair {p.get('a')},{p.get('b')}: no exact offset on real KVM")
+            elif lo is None or hi is None or not lo <= exact <= hi:
+                self.fail(name, verdict, f"pair {p.get('a')},{p.get('b')}: the exact offset {exact} is outside "
+                          f"the guest's [{lo}, {hi}]")
+        outcome = (vals.get("control") or {}).get("outcome")
+        if outcome not in WARP_CONTROL_OUTCOMES:
+            self.fail(name, verdict, f"control {outcome!r}, expected one of {WARP_CONTROL_OUTCOMES}: "
+                      f"{json.dumps(vals.get('control'))}")
 
     def judge_ktap(self, res):
         path = os.path.join(self.dir, "check.ktap")

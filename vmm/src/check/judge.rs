@@ -16,6 +16,15 @@ pub fn missing(what: &str) -> Finding {
     Finding::skip(format!("not measured: the run stopped before the {what}"))
 }
 
+/// UNDECIDED: the guest has no kvmclock to judge (checks 8 and 9).
+pub fn no_kvmclock() -> Finding {
+    Finding::new(
+        super::report::Verdict::Undecided,
+        "no kvmclock: KVM does not offer it to this guest (CPUID lacks \
+         KVM_FEATURE_CLOCKSOURCE2), so there is nothing to judge",
+    )
+}
+
 /// The finding of a check whose measurement was stopped.
 pub fn not_measured(e: &RunError) -> Finding {
     Finding::skip(format!("not measured: {e}"))

@@ -42,11 +42,7 @@ impl Check for KvmclockContinuity {
     fn run(&self, ev: &Evidence, _: &Context) -> Result<Finding, RunError> {
         let c = &ev.clock;
         if !c.kvmclock {
-            return Ok(Finding::new(
-                Verdict::Undecided,
-                "no kvmclock: KVM does not offer it to this guest (CPUID lacks \
-                 KVM_FEATURE_CLOCKSOURCE2), so there is nothing to follow",
-            ));
+            return Ok(super::judge::no_kvmclock());
         }
         let Some(w) = &c.tsc_write else {
             return Ok(super::judge::missing("kvmclock write test"));

@@ -41,11 +41,7 @@ impl Check for MasterClock {
     fn run(&self, ev: &Evidence, _: &Context) -> Result<Finding, RunError> {
         let c = &ev.clock;
         if !c.kvmclock {
-            return Ok(Finding::new(
-                Verdict::Undecided,
-                "no kvmclock: KVM does not offer it to this guest (CPUID lacks \
-                 KVM_FEATURE_CLOCKSOURCE2)",
-            ));
+            return Ok(super::judge::no_kvmclock());
         }
         let Some(after) = &c.after_rounds else {
             return Ok(super::judge::missing("kvmclock hand-off test"));
