@@ -441,3 +441,75 @@ fn the_plot_legend_counts_the_rounds_beyond_the_axis() {
 fn every_documentation_page_is_read_by_the_tests() {
     common::docs::check_pages_listed();
 }
+
+/// "`--ktap FILE` ... so kernel CI systems take them as they take
+/// kselftests; a check that regressed against the baseline is `not ok`"
+/// (docs/ci.md), read by the rules of the kernel's own parser (KUnit's
+/// kunit_parser.py, `common::ktap::kunit`): a check whose verdict is SKIP
+/// but which was PASS in the baseline must count as a failure there, not
+/// as skipped. Check 6 SKIPs without a limit; the baseline says it passed.
+#[test]
+fn a_regressed_skip_fails_in_kunits_parser_too() {
+    if !common::kvm_or_skip() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tsc-claims-ktap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+            .args([
+                "check",
+                "--rounds",
+                "5",
+                "--warp-iterations",
+                "1000",
+                "--json",
+            ])
+            .args(extra)
+            .output()
+            .expect("the binary runs");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+        (out, doc)
+    };
+    let (_, mut base) = run(&[]);
+    let checks = base["checks"].as_array_mut().expect("checks");
+    let c6 = checks
+        .iter_mut()
+        .find(|c| c["id"] == "skew-threshold")
+        .expect("check 6");
+    assert_eq!(c6["verdict"], "SKIP", "no limit given: {c6}");
+    c6["verdict"] = "PASS".into();
+    let (base_path, ktap_path) = (dir.join("base.json"), dir.join("check.ktap"));
+    std::fs::write(&base_path, base.to_string()).expect("baseline written");
+    let (out, doc) = run(&[
+        "--baseline",
+        base_path.to_str().expect("utf-8"),
+        "--ktap",
+        ktap_path.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "a regression fails the run");
+    let text = std::fs::read_to_string(&ktap_path).expect("KTAP written");
+    let _ = std::fs::remove_dir_all(&dir);
+    common::ktap::self_test();
+    common::ktap::validate(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let read = common::ktap::kunit(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let checks = doc["checks"].as_array().expect("checks");
+    assert_eq!(read.len(), checks.len(), "{text}");
+    for (k, c) in read.iter().zip(checks) {
+        let regressed = c["baseline"]["regressed"] == true;
+        let want = match (c["verdict"].as_str().unwrap_or(""), regressed) {
+            (_, true) | ("FAIL", _) => common::ktap::KunitStatus::Failure,
+            ("PASS", false) => common::ktap::KunitStatus::Success,
+            _ => common::ktap::KunitStatus::Skipped,
+        };
+        assert_eq!(k.name, c["id"].as_str().unwrap_or(""), "{text}");
+        assert_eq!(k.status, want, "{}: {c}\n{text}", k.name);
+    }
+    let c6 = &read[5];
+    assert_eq!(
+        (c6.name.as_str(), c6.status),
+        ("skew-threshold", common::ktap::KunitStatus::Failure),
+        "{text}"
+    );
+}
