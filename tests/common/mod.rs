@@ -6,6 +6,8 @@ pub mod docs;
 pub mod interrupt;
 #[allow(dead_code)]
 pub mod ktap;
+#[allow(dead_code)]
+pub mod raw_kvm;
 
 /// Whether /dev/kvm is usable. Without it a KVM test is skipped with a
 /// message, except when `CI` is set: then this panics, so that CI can never
