@@ -2,7 +2,6 @@
 //! the stated precision above it, and the inference on both forms.
 
 use super::*;
-use crate::stats::summarize;
 
 /// A skewed, heavy-tailed sample like exit times: deterministic.
 fn sample(n: usize, seed: u64, scale: f64) -> Vec<f64> {
