@@ -613,6 +613,10 @@ fn gnu_timeout() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("GNU coreutils"))
 }
 
+/// The rounds of the issue's command, times 100: on VMX/SVM KVM a round
+/// takes microseconds, and 100,000 of them could end before `timeout` does.
+const ISSUE_ROUNDS: &str = "10000000";
+
 /// The issue's command as a new user runs it: `timeout N tsc-rendezvous
 /// check --rounds 100000 --json > out.json`, `timeout` reaching its limit
 /// (GNU's exits 124), three times; each time the JSON is whole and judges every
@@ -630,7 +634,7 @@ fn the_issues_timeout_command_keeps_its_json_every_time() {
         let out = Command::new("timeout")
             .arg(limit.to_string())
             .arg(bin())
-            .args(["check", "--rounds", "100000", "--json"])
+            .args(["check", "--rounds", ISSUE_ROUNDS, "--json"])
             .env("RUST_LOG", "tsc_vmm::analysis=debug")
             .output()
             .expect("timeout runs");
