@@ -132,13 +132,11 @@ fn assert_summary(summary: &Value, values: Vec<f64>, what: &str) {
 // ---------------------------------------------------------------------------
 // The CSV, parsed by name.
 
-/// The columns the README documents, in order: "`--csv FILE` the raw data,
+/// The columns the documentation (docs/compare.md since the README moved its
+/// reference sections there) documents, in order: "`--csv FILE` the raw data,
 /// one row per measured round and vCPU (`seq, vm, ..., disagreements`".
 fn documented_columns() -> Vec<String> {
-    let readme = include_str!("../README.md")
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
+    let readme = common::docs::flat();
     let key = "one row per measured round and vCPU (`";
     let at = readme
         .find(key)
