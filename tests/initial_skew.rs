@@ -189,21 +189,22 @@ fn a_bad_initial_skew_is_refused_naming_the_flag() {
 }
 
 /// What this kernel does with an offset given through KVM_VCPU_TSC_OFFSET,
-/// found without the code under test: `None` when it lacks the attribute,
-/// else whether it keeps the value (read back before any vCPU runs).
+/// found without the code under test (raw ioctls of the tests' own,
+/// `common::raw_kvm`: no `Vm`, no `get_offset`/`set_offset` of the VMM):
+/// `None` when it lacks the attribute, else whether it keeps the value (read
+/// back before any vCPU runs).
 fn kernel_keeps_offsets() -> Option<bool> {
-    use tsc_vmm as tsc;
-    use tsc_vmm::{open_kvm, Vm, VmSpec};
-    let kvm = open_kvm().expect("KVM opens");
-    let vm = Vm::new(kvm, &VmSpec::rounds(2, 1, Variant::XenStd)).expect("a VM");
+    use common::raw_kvm::{self, get_tsc_offset, has_tsc_offset, set_tsc_offset, RawVm};
+    raw_kvm::self_test();
+    let vm = RawVm::new(2).expect("a VM of the probe's own");
     let fd = &vm.vcpus[1];
-    if !tsc::has_offset_attr(fd) {
+    if !has_tsc_offset(fd) {
         return None;
     }
-    let before = tsc::get_offset(fd).expect("the attribute reads");
+    let before = get_tsc_offset(fd).expect("the attribute reads");
     let asked = before.wrapping_add(SKEW);
-    tsc::set_offset(fd, asked).expect("the attribute takes a value");
-    Some(tsc::get_offset(fd).expect("the attribute reads") == asked)
+    set_tsc_offset(fd, asked).expect("the attribute takes a value");
+    Some(get_tsc_offset(fd).expect("the attribute reads") == asked)
 }
 
 #[test]

@@ -6,22 +6,40 @@ pub mod docs;
 pub mod interrupt;
 #[allow(dead_code)]
 pub mod ktap;
+#[allow(dead_code)]
+pub mod raw_kvm;
 
 /// Whether /dev/kvm is usable. Without it a KVM test is skipped with a
 /// message, except when `CI` is set: then this panics, so that CI can never
 /// pass by skipping the tests that need KVM.
 #[allow(dead_code)]
 pub fn kvm_or_skip() -> bool {
+    kvm_usable_or_skip(
+        std::path::Path::new("/dev/kvm"),
+        std::env::var_os("CI").is_some(),
+    )
+}
+
+/// [`kvm_or_skip`] for the device at `path`, `ci` saying whether `CI` is
+/// set.
+#[allow(dead_code)]
+pub fn kvm_usable_or_skip(path: &std::path::Path, ci: bool) -> bool {
     let ok = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open("/dev/kvm")
+        .open(path)
         .is_ok();
     if !ok {
-        if std::env::var_os("CI").is_some() {
-            panic!("CI is set but /dev/kvm is not usable: the KVM tests must run in CI");
+        if ci {
+            panic!(
+                "CI is set but {} is not usable: the KVM tests must run in CI",
+                path.display()
+            );
         }
-        eprintln!("skipping: /dev/kvm is not usable (set CI to make this a failure)");
+        eprintln!(
+            "skipping: {} is not usable (set CI to make this a failure)",
+            path.display()
+        );
     }
     ok
 }

@@ -35,6 +35,10 @@ impl Check for AdjustEqualsOffset {
 
 /// Check 3 from the rounds' tally: every vCPU's TSC_ADJUST delta equals its
 /// offset delta, exactly. `exact` says whether exact offsets were read at all.
+/// A mismatch is evidence wherever it is (an offset that moved without a
+/// write fails too); a PASS needs at least one vCPU-round with a write, since
+/// deltas of 0 and 0 are equal whether KVM applies writes or ignores them
+/// (`xen-std` writes nothing: SKIP, saying so).
 pub fn judge(t: &RoundTally, exact: bool, flavor: KvmFlavor) -> Finding {
     if !exact {
         return Finding::skip(
@@ -46,12 +50,32 @@ pub fn judge(t: &RoundTally, exact: bool, flavor: KvmFlavor) -> Finding {
     let mut f = Finding::skip("no rounds ran")
         .with("comparisons", total)
         .with("mismatches", t.mismatches)
-        .with("offsets_unmoved", t.offsets_unmoved);
+        .with("offsets_unmoved", t.offsets_unmoved)
+        .with("vcpu_rounds_with_a_write", t.wrote);
     if total == 0 {
         return f;
     }
     let Some(first) = t.first_mismatch else {
-        f.set(Verdict::Pass, format!("all {total} deltas equal"));
+        if t.wrote == 0 {
+            // Unmoved offsets and an unmoved TSC_ADJUST are equal whatever
+            // KVM does with a write: without one there is nothing to judge.
+            f.set(
+                Verdict::Skip,
+                format!(
+                    "no vCPU wrote its TSC or TSC_ADJUST in any of the {} rounds: the {total} \
+                     equal deltas say nothing about how writes are applied",
+                    t.rounds
+                ),
+            );
+            return f;
+        }
+        f.set(
+            Verdict::Pass,
+            format!(
+                "all {total} deltas equal, {} of them after a write",
+                t.wrote
+            ),
+        );
         return f;
     };
     f.value(
@@ -102,7 +126,7 @@ mod tests {
         let f = judge(&RoundTally::of(&good), true, KvmFlavor::Vmx);
         assert_eq!(
             (f.verdict, f.reason.as_str()),
-            (Verdict::Pass, "all 2 deltas equal")
+            (Verdict::Pass, "all 2 deltas equal, 2 of them after a write")
         );
         let off_by_one = [round(vec![vcpu(0, -400, Some(-399), None)], None, 0)];
         let f = judge(&RoundTally::of(&off_by_one), true, KvmFlavor::Vmx);
@@ -140,6 +164,42 @@ mod tests {
             f.reason.trim_end_matches(" (host: PVM)"),
             g.reason.trim_end_matches(" (host: VMX)")
         );
+    }
+
+    /// `check --variant xen-std`: no vCPU writes, offsets and TSC_ADJUST
+    /// stay, the deltas are 0 == 0 on any hypervisor, also on one that
+    /// ignores writes: not a PASS. An offset that moved without a write is
+    /// still evidence of a failure.
+    #[test]
+    fn nothing_written_is_nothing_judged() {
+        let quiet = |id| {
+            let mut v = vcpu(id, 0, Some(0), None);
+            v.wrote = false;
+            v
+        };
+        let rounds: Vec<_> = (0..3)
+            .map(|_| round(vec![quiet(0), quiet(1)], None, 0))
+            .collect();
+        for flavor in [KvmFlavor::Pvm, KvmFlavor::Vmx] {
+            let f = judge(&RoundTally::of(&rounds), true, flavor);
+            assert_eq!(f.verdict, Verdict::Skip, "{}", f.reason);
+            assert!(
+                f.reason
+                    .starts_with("no vCPU wrote its TSC or TSC_ADJUST in any of the 3 rounds"),
+                "{}",
+                f.reason
+            );
+            assert_eq!(f.values["comparisons"], 6);
+            assert_eq!(f.values["vcpu_rounds_with_a_write"], 0);
+        }
+        let mut drifted = quiet(1);
+        drifted.offset_delta = Some(500);
+        let f = judge(
+            &RoundTally::of(&[round(vec![quiet(0), drifted], None, 0)]),
+            true,
+            KvmFlavor::Vmx,
+        );
+        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
     }
 
     #[test]

@@ -22,6 +22,10 @@ pub struct LaterRead {
     /// Host TSC cycles from just before the last round started until after
     /// the read.
     pub host_elapsed: u64,
+    /// Host TSC just before the vCPUs were asked to read.
+    pub host_before: u64,
+    /// Host TSC just after every vCPU had read.
+    pub host_after: u64,
 }
 
 /// The warp test after the rounds, and the state it ran in.

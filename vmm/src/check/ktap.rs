@@ -1,9 +1,16 @@
 //! KTAP (the kernel selftests' format, Documentation/dev-tools/ktap.rst) for
 //! `check --ktap FILE`, so that kernel CI systems can take the results as
 //! they take kselftests: one result line per check, PASS as `ok`, FAIL (or a
-//! regression against the baseline) as `not ok`, SKIP and UNDECIDED as `ok
-//! ... # SKIP` with the reason, the environment and each check's title as
-//! diagnostic lines.
+//! regression against the baseline, whatever its verdict) as `not ok`, SKIP
+//! and UNDECIDED as `ok ... # SKIP` with the reason, the environment and each
+//! check's title as diagnostic lines.
+//!
+//! Written to be read by the kernel's own parser (KUnit's
+//! tools/testing/kunit/kunit_parser.py) as it reads kselftests: the plan
+//! directly after the version line (the only place it looks for one), and
+//! ` # SKIP` nowhere on a line that is not skipped (it takes that text
+//! anywhere on a result line as the SKIP directive, so a regression written
+//! `not ok ... # SKIP: ...` would be counted as skipped and vanish).
 
 use std::fmt::Write as _;
 
@@ -21,10 +28,18 @@ fn clean(s: &str, in_description: bool) -> String {
         .collect()
 }
 
+/// A diagnostic on a result line that is not skipped: no `#` (a later
+/// ` # SKIP` would make KUnit's parser read the line as skipped, and a
+/// leading directive word would be taken as one).
+fn not_a_directive(s: &str) -> String {
+    s.replace('#', "_")
+}
+
 /// Renders the report as KTAP version 1.
 pub fn render(r: &CheckReport) -> String {
     let e = &r.environment.host;
     let mut x = String::from("KTAP version 1\n");
+    let _ = writeln!(x, "1..{}", r.checks.len());
     let _ = writeln!(
         x,
         "# tsc-rendezvous {} check: kernel {}, KVM flavour {}, offsets from {}",
@@ -45,21 +60,26 @@ pub fn render(r: &CheckReport) -> String {
     if let Some(why) = &r.incomplete {
         let _ = writeln!(x, "# incomplete: {}", clean(why, false));
     }
-    let _ = writeln!(x, "1..{}", r.checks.len());
     for (i, c) in r.checks.iter().enumerate() {
         let _ = writeln!(x, "# {}: {}", clean(&c.id, false), clean(&c.title, false));
         let name = clean(&c.id, true);
         let reason = clean(&c.reason, false);
         let regressed = c.baseline.as_ref().filter(|b| b.regressed);
         let line = match (c.verdict, regressed) {
+            // Whatever the verdict (a SKIP too): not ok, and no directive.
             (_, Some(b)) => format!(
-                "not ok {} {name} # {}: {reason}; regressed against the baseline: {}",
+                "not ok {} {name} # regressed against the baseline: {}; now {}: {}",
                 i + 1,
+                not_a_directive(&clean(&b.reason, false)),
                 c.verdict.label(),
-                clean(&b.reason, false)
+                not_a_directive(&reason)
             ),
-            (Verdict::Pass, None) => format!("ok {} {name} # {reason}", i + 1),
-            (Verdict::Fail, None) => format!("not ok {} {name} # {reason}", i + 1),
+            (Verdict::Pass, None) => {
+                format!("ok {} {name} # {}", i + 1, not_a_directive(&reason))
+            }
+            (Verdict::Fail, None) => {
+                format!("not ok {} {name} # {}", i + 1, not_a_directive(&reason))
+            }
             (Verdict::Skip, None) => format!("ok {} {name} # SKIP {reason}", i + 1),
             (Verdict::Undecided, None) => {
                 format!("ok {} {name} # SKIP undecided: {reason}", i + 1)
@@ -108,9 +128,10 @@ mod tests {
         assert!(lines.contains(&"1..4"), "{k}");
         assert!(lines.contains(&"ok 1 same-start # equal offsets"), "{k}");
         assert!(
-            lines.contains(&"not ok 2 tsc-msrs # stage 1 # differs badly"),
+            lines.contains(&"not ok 2 tsc-msrs # stage 1 _ differs badly"),
             "{k}"
         );
+        assert_eq!(lines[1], "1..4", "the plan right after the version line");
         assert!(
             lines.contains(&"ok 3 adjust-equals-offset # SKIP no exact offsets"),
             "{k}"
@@ -138,7 +159,18 @@ mod tests {
         r.tally();
         let k = render(&r);
         assert!(
-            k.contains("not ok 1 same-start # SKIP: not measured; regressed against the baseline: was PASS, now SKIP"),
+            k.contains(
+                "not ok 1 same-start # regressed against the baseline: was PASS, now SKIP; now \
+                 SKIP: not measured"
+            ),
+            "{k}"
+        );
+        // Nowhere a SKIP directive on it (KUnit's parser would count it as
+        // skipped), nor in the totals.
+        let line = k.lines().find(|l| l.starts_with("not ok 1 ")).unwrap_or("");
+        assert!(!line.contains(" # SKIP"), "{line}");
+        assert!(
+            k.contains("# Totals: pass:0 fail:1 xfail:0 xpass:0 skip:0"),
             "{k}"
         );
         assert!(

@@ -106,10 +106,14 @@ fn rounds_and_warp(s: &mut Session, ev: &mut Evidence) -> Result<(), RunError> {
         let r = acc.add(round, opts.variant, &records, &after, sync);
         ev.tally.add(&r);
     }
+    let host_before = host_rdtsc();
     let tsc = s.guest_rdtsc_all()?;
+    let host_after = host_rdtsc();
     ev.later_read = Some(LaterRead {
         tsc,
-        host_elapsed: host_rdtsc().wrapping_sub(host_before_last),
+        host_elapsed: host_after.wrapping_sub(host_before_last),
+        host_before,
+        host_after,
     });
     let seen = s.warp(opts.warp_iterations)?;
     let after = s.readback()?;

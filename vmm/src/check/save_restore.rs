@@ -109,7 +109,12 @@ fn values(f: Finding, r: &MethodReport) -> Finding {
 /// TSC that went back or did not move by the host time that passed (within
 /// the brackets of the reads, plus the shift the method applied, which must
 /// be the host's real-time drift within its bound), a warp beyond the skew.
-/// A host clock stepped during the restore makes it UNDECIDED.
+/// Without a failure it is UNDECIDED where the evidence could not tell a
+/// good restore from a bad one: a host clock stepped during the restore; a
+/// bound on the clock shift not below the drift it is checked against (a
+/// restore that applied no shift would pass too); a snapshot that held no
+/// skew or no TSC_ADJUST (a fresh VM has them 0 as well, so dropping them
+/// reads the same).
 pub fn judge(r: &MethodReport, vcpus: u32, flavor: KvmFlavor) -> Finding {
     let f = values(Finding::skip("nothing measured"), r);
     let v = &r.vcpus;
@@ -130,6 +135,7 @@ pub fn judge(r: &MethodReport, vcpus: u32, flavor: KvmFlavor) -> Finding {
     let mut fails: Vec<String> = Vec::new();
     let mut open: Vec<String> = Vec::new();
     offset_findings(v, &mut fails);
+    nothing_to_keep(v, &mut open);
     guest_time(r, passed, &mut fails);
     clock_findings(r, &mut fails, &mut open);
     let skew = r.skew_after_cycles.unwrap_or(0);
@@ -207,12 +213,52 @@ fn offset_findings(v: &[restore::report::VcpuReport], fails: &mut Vec<String>) {
     }
 }
 
+/// What the snapshot held for the restore to keep. Fresh vCPUs are created
+/// with equal offsets and a TSC_ADJUST of 0, so relative offsets that were
+/// all 0 (nothing written, e.g. `xen-std`) and a TSC_ADJUST of 0 read back
+/// "bit-exact" whether the restore kept them or dropped them: nothing held
+/// is nothing judged.
+fn nothing_to_keep(v: &[restore::report::VcpuReport], open: &mut Vec<String>) {
+    let skew_held = v
+        .iter()
+        .any(|x| x.relative_offset_before.is_some_and(|r| r != 0));
+    let adjust_held = v
+        .iter()
+        .any(|x| x.tsc_adjust_before.is_some_and(|a| a != 0));
+    let unwritten = v.iter().all(|x| x.adjust_moved_before == Some(0));
+    let why = if unwritten {
+        " (no vCPU wrote its TSC before the snapshot)"
+    } else {
+        ""
+    };
+    match (skew_held, adjust_held) {
+        (true, true) => {}
+        (false, false) => open.push(format!(
+            "the snapshot held no skew and no TSC_ADJUST{why}: every relative offset and \
+             TSC_ADJUST was 0, as a fresh VM's are, so a restore that dropped them would read \
+             the same"
+        )),
+        (false, true) => open.push(format!(
+            "the snapshot held no skew{why}: every offset relative to vCPU 0 was 0, as a fresh \
+             VM's are, so a restore that dropped the offsets would read the same"
+        )),
+        (true, false) => open.push(
+            "the snapshot held no TSC_ADJUST: every one was 0, as a fresh VM's is, so a restore \
+             that dropped it would read the same"
+                .to_string(),
+        ),
+    }
+}
+
 /// What the clock says: the shift the method applied against the host's
-/// real-time drift; a stepped host clock leaves it open.
+/// real-time drift. A stepped host clock leaves it open, and so does a
+/// bound that is not below the drift: then a restore that applied no shift
+/// at all (|0 - drift| <= bound) would pass as well.
 fn clock_findings(r: &MethodReport, fails: &mut Vec<String>, open: &mut Vec<String>) {
     if let Some(c) = &r.clock {
         let off = (i128::from(c.shift_cycles) - i128::from(c.realtime_drift_cycles)).unsigned_abs();
-        if c.realtime_drift_cycles.unsigned_abs() > c.drift_bound_cycles {
+        let drift = c.realtime_drift_cycles.unsigned_abs();
+        if drift > c.drift_bound_cycles {
             open.push(format!(
                 "CLOCK_REALTIME moved {} cycles against the host TSC during the restore, more than \
                  NTP can slew ({}): the host clock was stepped, and the method moved the guest TSCs with it",
@@ -227,6 +273,15 @@ fn clock_findings(r: &MethodReport, fails: &mut Vec<String>, open: &mut Vec<Stri
                 n(c.realtime_drift_cycles),
                 n(off as i128),
                 n(c.shift_bound_cycles)
+            ));
+        } else if drift <= c.shift_bound_cycles {
+            open.push(format!(
+                "the clock shift could not be judged: real time drifted {} cycles against the \
+                 TSC, within the bound ± {} on |shift - drift|, so a restore that applied no \
+                 shift would pass as well as this one's {}",
+                n(c.realtime_drift_cycles),
+                n(c.shift_bound_cycles),
+                n(c.shift_cycles)
             ));
         }
     }
@@ -298,190 +353,4 @@ fn guest_time(r: &MethodReport, passed: restore::report::HostInterval, fails: &m
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::restore::testdata::{self, honoured, report, set_after, CREATED, DST_CREATED};
-
-    fn judged(run: &crate::restore::measure::MethodRun) -> Finding {
-        judge(&report(run), 2, KvmFlavor::Svm)
-    }
-
-    #[test]
-    fn a_restore_that_kept_everything_passes() {
-        let f = judged(&honoured(0));
-        assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
-        assert!(f.reason.contains("skew 300 cycles"), "{}", f.reason);
-        // The clock may shift the offsets, as long as real time drifted by as much.
-        let f = judged(&honoured(4_000));
-        assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
-        assert!(f.reason.contains("shift of 4,000 cycles"), "{}", f.reason);
-        assert!(f.values.contains_key("vcpus"));
-    }
-
-    /// PVM: the rendezvous' writes moved TSC_ADJUST but no offset, and the
-    /// offsets the restore wrote read back as the creation offset.
-    #[test]
-    fn a_hypervisor_that_ignores_offsets_fails_with_the_data() {
-        let mut run = honoured(1_000);
-        for s in run.snapshot.iter_mut().flat_map(|s| &mut s.vcpus) {
-            s.tsc.offset = Some(0);
-        }
-        for s in run.initial.iter_mut().flatten() {
-            s.offset = Some(0);
-        }
-        run.created = Some(vec![Some(0), Some(0)]);
-        set_after(&mut run, 0, 0);
-        set_after(&mut run, 1, 0);
-        if let Some(r) = run.last.as_mut() {
-            r.tsc = vec![r.host_before + 5_000; 2];
-        }
-        if let Some(crate::restore::methods::Trace::Documented(d)) = run.trace.as_mut() {
-            d.offsets_written = vec![1_000, 1_000];
-        }
-        let f = judge(&report(&run), 2, KvmFlavor::Pvm);
-        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
-        for words in [
-            "the offsets did not move although TSC_ADJUST recorded the rendezvous' writes",
-            "(vCPU 0: offset moved by 0, TSC_ADJUST by -100)",
-            "KVM did not keep the offsets the restore wrote (vCPU 0: wrote 1000, reads 0)",
-        ] {
-            assert!(f.reason.contains(words), "{words}: {}", f.reason);
-        }
-        assert!(f.reason.ends_with("(host: PVM)"), "{}", f.reason);
-    }
-
-    #[test]
-    fn snapped_offsets_and_a_lost_tsc_adjust_fail() {
-        let mut run = honoured(0);
-        let a0 = run.after.as_ref().and_then(|a| a[0].offset).unwrap_or(0);
-        set_after(&mut run, 1, a0);
-        let f = judged(&run);
-        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
-        assert!(
-            f.reason
-                .contains("vCPU 1's offset relative to vCPU 0 changed: -300 saved, 0 after"),
-            "{}",
-            f.reason
-        );
-        let mut run = honoured(0);
-        if let Some(a) = run.after.as_mut() {
-            a[1].adjust = 0;
-        }
-        let f = judged(&run);
-        assert!(
-            f.reason
-                .contains("TSC_ADJUST not restored exactly (vCPU 1: saved -400, reads 0)"),
-            "{}",
-            f.reason
-        );
-    }
-
-    #[test]
-    fn a_guest_tsc_that_went_back_or_stood_still_fails() {
-        let mut run = honoured(0);
-        let last = run.last.as_ref().map_or(0, |r| r.tsc[0]);
-        if let Some(r) = run.first.as_mut() {
-            r.tsc[0] = last.wrapping_sub(1_000);
-        }
-        let f = judged(&run);
-        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
-        assert!(
-            f.reason
-                .contains("vCPU 0's TSC went backwards across the restore by 1,000 cycles"),
-            "{}",
-            f.reason
-        );
-        // The offsets kept, but the guest saw its TSC stand still for 100 ms:
-        // its advance is not host time plus the offset's change.
-        let mut run = honoured(0);
-        if let Some(r) = run.first.as_mut() {
-            r.tsc[1] = r.tsc[1].wrapping_sub(199_990_000);
-        }
-        let f = judged(&run);
-        assert!(
-            f.reason
-                .contains("vCPU 1's TSC moved by 10,000 cycles, not by the host time"),
-            "{}",
-            f.reason
-        );
-    }
-
-    #[test]
-    fn a_shift_the_clock_does_not_explain_fails_and_a_stepped_clock_is_undecided() {
-        // The offsets shifted by 50,000 cycles but real time drifted 0.
-        let mut run = honoured(0);
-        let shifted = |o: u64| o.wrapping_add(50_000);
-        if let Some(crate::restore::methods::Trace::Documented(d)) = run.trace.as_mut() {
-            d.shift_cycles = Some(50_000);
-            d.offsets_written = d.offsets_written.iter().map(|&o| shifted(o)).collect();
-        }
-        let after: Vec<u64> = run
-            .after
-            .iter()
-            .flatten()
-            .filter_map(|s| s.offset)
-            .collect();
-        for (i, o) in after.iter().enumerate() {
-            set_after(&mut run, i, shifted(*o));
-        }
-        let f = judged(&run);
-        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
-        assert!(
-            f.reason.contains("did not carry the time that passed"),
-            "{}",
-            f.reason
-        );
-        // Real time stepped by 10 s: the check cannot judge.
-        let mut run = honoured(0);
-        if let Some(crate::restore::methods::Trace::Documented(d)) = run.trace.as_mut() {
-            if let Some(dst) = d.destination.as_mut() {
-                dst.realtime_ns += 10_000_000_000;
-            }
-        }
-        let f = judged(&run);
-        assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
-        assert!(
-            f.reason.contains("the host clock was stepped"),
-            "{}",
-            f.reason
-        );
-    }
-
-    #[test]
-    fn an_unfinished_measurement_is_not_a_pass() {
-        let mut run = honoured(0);
-        run.first = None;
-        run.failed = Some(crate::restore::measure::Failed {
-            step: Step::Resume,
-            error: "x".into(),
-        });
-        assert_eq!(judged(&run).verdict, Verdict::Skip);
-        let f = failed(
-            RestoreError::Injected(Step::Tsc),
-            &report(&run),
-            KvmFlavor::Svm,
-        )
-        .expect("a finding");
-        assert_eq!(f.verdict, Verdict::Fail);
-        assert!(f.reason.contains("in step 'resume'"), "{}", f.reason);
-        let e = failed(
-            RestoreError::Interrupted(crate::stop::Signal(libc::SIGINT)),
-            &report(&run),
-            KvmFlavor::Svm,
-        )
-        .expect_err("a stop is the caller's");
-        assert_eq!(e.signal(), Some(libc::SIGINT));
-        let f = failed(
-            RestoreError::Offsets(crate::restore::offsets::OffsetError::MissingFlags {
-                which: "source",
-                missing: "KVM_CLOCK_REALTIME".into(),
-                flags: 2,
-            }),
-            &report(&run),
-            KvmFlavor::Svm,
-        )
-        .expect("a finding");
-        assert_eq!(f.verdict, Verdict::Skip, "{}", f.reason);
-        let _ = (CREATED, DST_CREATED, testdata::KHZ);
-    }
-}
+mod tests;

@@ -1,6 +1,6 @@
 //! What checks 3, 4 and 6 need from the rendezvous rounds, gathered as each
 //! round completes, so that the evidence of a check run does not grow with
-//! its rounds.
+//! its rounds (beyond one number per vCPU).
 
 use crate::analysis::{DecidedBy, RoundResult};
 use crate::stats::distribution::Distribution;
@@ -54,6 +54,9 @@ pub struct RoundTally {
     pub rounds_ignored: u64,
     /// Every round's skew (cycles).
     pub skew: Distribution,
+    /// Per vCPU, the sum of its TSC_ADJUST deltas over every round (modulo
+    /// 2^64, as the MSR): how far its writes asked its TSC to move in all.
+    pub net_adjust: Vec<i64>,
 }
 
 fn index(by: Option<DecidedBy>) -> usize {
@@ -86,6 +89,11 @@ impl RoundTally {
         }
         for v in &r.vcpus {
             self.vcpu_rounds += 1;
+            let i = v.id as usize;
+            if self.net_adjust.len() <= i {
+                self.net_adjust.resize(i + 1, 0);
+            }
+            self.net_adjust[i] = self.net_adjust[i].wrapping_add(v.tsc_adjust_delta);
             if v.offset_delta != Some(v.tsc_adjust_delta) {
                 self.mismatches += 1;
                 if v.offset_delta == Some(0) && v.tsc_adjust_delta != 0 {

@@ -1,6 +1,8 @@
 //! Check 4, `writes-honoured`: after the rendezvous the guest's TSCs read the
 //! written value plus elapsed time (KVM's evidence, the guest's own, and a
-//! later guest read).
+//! later guest read judged against host time).
+
+use serde_json::json;
 
 use super::evidence::{Check, Context, Evidence};
 use super::judge::context;
@@ -8,6 +10,7 @@ use super::report::{Finding, Verdict};
 use super::tally::RoundTally;
 use crate::error::RunError;
 use crate::host::KvmFlavor;
+use crate::units::fmt_int as n;
 
 /// Check 4.
 pub struct WritesHonoured;
@@ -26,34 +29,163 @@ impl Check for WritesHonoured {
         let Some(later) = &ev.later_read else {
             return Ok(super::judge::missing("later guest TSC read"));
         };
+        let reads: Vec<(Read, Read)> = ev
+            .initial
+            .iter()
+            .zip(&later.tsc)
+            .map(|(s, &tsc)| {
+                let first = Read {
+                    tsc: s.tsc,
+                    host_before: s.host_before,
+                    host_after: s.host_after,
+                };
+                let last = Read {
+                    tsc,
+                    host_before: later.host_before,
+                    host_after: later.host_after,
+                };
+                (first, last)
+            })
+            .collect();
         Ok(judge(
             &ev.tally,
-            &later.tsc,
+            &reads,
             later.host_elapsed,
             ev.env.host.kvm_flavor,
         ))
     }
 }
 
-/// Check 4 from the rounds' tally and a guest TSC read taken `host_elapsed`
-/// host cycles after the last round started. Every vCPU-round's verdict comes
-/// from the analysis (KVM's evidence when conclusive, else the guest's). FAIL
-/// needs evidence that a write did not take effect, or a later read that is
-/// not the written value plus elapsed time; vCPU-rounds neither side could
-/// decide make the check UNDECIDED; PASS needs every one decided honoured.
-/// Only vCPU-rounds with a write count (the std rendezvous writes nothing,
-/// Linux's sync only when it compensates).
-pub fn judge(t: &RoundTally, tsc_after: &[u64], host_elapsed: u64, flavor: KvmFlavor) -> Finding {
+/// A vCPU's TSC as the guest sees it, with the host TSC just before and just
+/// after the read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Read {
+    /// The guest's TSC.
+    pub tsc: u64,
+    /// The host's TSC just before.
+    pub host_before: u64,
+    /// The host's TSC just after.
+    pub host_after: u64,
+}
+
+/// What a later read says about a vCPU's writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadSays {
+    /// The guest's TSC moved against the host's by what the writes asked,
+    /// and not by 0.
+    Honoured,
+    /// It moved by 0 (within the brackets), not by what they asked.
+    Ignored,
+    /// By neither: not the written value plus the elapsed time.
+    Neither,
+    /// The brackets hold both: the read cannot tell.
+    CannotTell,
+}
+
+/// One vCPU's later read, judged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ReadFinding {
+    /// How far the guest's TSC moved against the host's from the first read
+    /// to the later one: the lowest and highest the brackets allow.
+    pub moved: (i64, i64),
+    /// How far the writes asked it to move (the TSC_ADJUST deltas summed).
+    pub asked: i64,
+    /// The verdict.
+    pub says: ReadSays,
+}
+
+/// The later read's criterion, pure. A guest's TSC is the host's plus its
+/// offset; this tool never sets a TSC frequency, so KVM runs every vCPU at
+/// the host's rate (scaling ratio 1) and the guest's TSC advances exactly
+/// as the host's between two reads unless a write moved the offset. From a
+/// read before the first round (`first`) to the later one (`last`) the
+/// guest's TSC therefore moved against the host's by what the honoured
+/// writes asked (the TSC_ADJUST deltas, `asked`), by 0 if every write was
+/// ignored. The host TSC brackets of the two reads bound that move: it lies
+/// in `moved`. The read decides where exactly one of `asked` and 0 lies
+/// there: an ignored write, whose written value is close to the TSC it
+/// replaced, cannot pass for an honoured one (as it could under "later read
+/// minus written value within the elapsed time").
+pub fn read_says(first: Read, last: Read, asked: i64) -> ReadFinding {
+    let guest = last.tsc.wrapping_sub(first.tsc) as i64;
+    let host_min = last.host_before.wrapping_sub(first.host_after) as i64;
+    let host_max = last.host_after.wrapping_sub(first.host_before) as i64;
+    let moved = (
+        guest.saturating_sub(host_max),
+        guest.saturating_sub(host_min),
+    );
+    let within = |x: i64| (moved.0..=moved.1).contains(&x);
+    let says = match (within(asked), within(0)) {
+        (true, false) => ReadSays::Honoured,
+        (false, true) => ReadSays::Ignored,
+        (false, false) => ReadSays::Neither,
+        (true, true) => ReadSays::CannotTell,
+    };
+    ReadFinding { moved, asked, says }
+}
+
+/// Every vCPU's later read judged, and what those whose writes asked for a
+/// move say in words: (findings, failures, open questions).
+fn later_reads(
+    t: &RoundTally,
+    reads: &[(Read, Read)],
+) -> (Vec<ReadFinding>, Vec<String>, Vec<String>) {
+    let mut found = Vec::new();
+    let (mut fails, mut open) = (Vec::new(), Vec::new());
+    for (i, (first, last)) in reads.iter().enumerate() {
+        let asked = t.net_adjust.get(i).copied().unwrap_or(0);
+        let f = read_says(*first, *last, asked);
+        found.push(f);
+        if asked == 0 {
+            continue;
+        }
+        let (lo, hi) = (n(f.moved.0), n(f.moved.1));
+        match f.says {
+            ReadSays::Honoured => {}
+            ReadSays::Ignored => fails.push(format!(
+                "a later guest read shows vCPU {i}'s TSC moved by {lo}..{hi} cycles against the \
+                 host's since before the first round, not by the {} its writes asked: they did \
+                 not take effect",
+                n(asked)
+            )),
+            ReadSays::Neither => fails.push(format!(
+                "a later guest read shows vCPU {i}'s TSC moved by {lo}..{hi} cycles against the \
+                 host's since before the first round, neither the {} its writes asked nor 0: \
+                 not the written value plus the elapsed time",
+                n(asked)
+            )),
+            ReadSays::CannotTell => open.push(format!(
+                "the later read cannot tell vCPU {i}'s writes from none: its brackets allow a \
+                 move of {lo}..{hi} cycles, which holds both the {} asked and 0",
+                n(asked)
+            )),
+        }
+    }
+    (found, fails, open)
+}
+
+/// Check 4 from the rounds' tally and, per vCPU, a guest TSC read before
+/// the first round and one after the last (`reads`; `host_elapsed`: host
+/// cycles from the last round's start to the later read). Every
+/// vCPU-round's verdict comes from the analysis (KVM's evidence when
+/// conclusive, else the guest's). FAIL needs evidence that a write did not
+/// take effect, or a later read that is not the written value plus the
+/// elapsed time ([`read_says`]); vCPU-rounds neither side could decide, and
+/// a later read whose brackets cannot tell the writes from none, make it
+/// UNDECIDED; PASS needs every one decided honoured and every later read
+/// where the writes put it. Only vCPU-rounds with a write count (the std
+/// rendezvous writes nothing, Linux's sync only when it compensates).
+pub fn judge(
+    t: &RoundTally,
+    reads: &[(Read, Read)],
+    host_elapsed: u64,
+    flavor: KvmFlavor,
+) -> Finding {
     let total = t.wrote;
     let ignored = t.not_honoured();
     let by_host = t.honoured + ignored - t.decided_by_guest;
-    let last_written = t.last_written.unwrap_or(0);
-    // Scaled TSCs may run faster than the host's: allow a factor of 4.
-    let bound = host_elapsed.saturating_mul(4).max(1);
-    let read_ok = t.last_written.is_none()
-        || tsc_after
-            .iter()
-            .all(|&x| x.wrapping_sub(last_written) <= bound);
+    let (found, read_fails, read_open) = later_reads(t, reads);
     let none = if t.rounds == 0 {
         "no rounds ran"
     } else {
@@ -68,71 +200,60 @@ pub fn judge(t: &RoundTally, tsc_after: &[u64], host_elapsed: u64, flavor: KvmFl
         .with("decided_by_guest", t.decided_by_guest)
         .with("contradictory", t.contradictory)
         .with("vcpu_rounds_without_jump", t.no_jump)
-        .with("last_written_value", last_written)
-        .with("guest_tsc_after", tsc_after)
-        .with("host_cycles_since_last_round", host_elapsed);
+        .with("last_written_value", t.last_written.unwrap_or(0))
+        .with(
+            "guest_tsc_after",
+            reads.iter().map(|(_, l)| l.tsc).collect::<Vec<_>>(),
+        )
+        .with("host_cycles_since_last_round", host_elapsed)
+        .with(
+            "later_reads",
+            reads
+                .iter()
+                .zip(&found)
+                .map(|((first, last), f)| json!({"first": first, "later": last, "moved": f.moved, "asked": f.asked, "says": f.says}))
+                .collect::<Vec<_>>(),
+        );
     if total == 0 {
         return f;
     }
-    if ignored > 0 || !read_ok {
+    if ignored > 0 || !read_fails.is_empty() {
         let mut what = Vec::new();
         if ignored > 0 {
-            let mut evidence = Vec::new();
-            for (k, words) in [
-                (t.not_honoured_by[0], "the exact offsets did not move"),
-                (
-                    t.not_honoured_by[1],
-                    "the bracketed reads show the offsets did not move",
-                ),
-                (t.not_honoured_by[2], "the guests' TSCs did not jump"),
-            ] {
-                if k == ignored {
-                    evidence.push(words.to_string());
-                } else if k > 0 {
-                    evidence.push(format!("{words} ({k})"));
-                }
-            }
-            if t.no_jump == ignored && t.not_honoured_by[2] == 0 {
-                evidence.push("the guests' TSCs did not jump either".into());
-            }
-            what.push(format!(
-                "{ignored} of {total} vCPU-rounds' writes did not take effect: {}",
-                evidence.join(", ")
-            ));
+            what.push(not_taken_effect(t, ignored, total));
         }
-        if !read_ok {
-            what.push(
-                "a later guest read is not the last written value plus the elapsed time".into(),
-            );
-        }
+        what.extend(read_fails);
         f.set(
             Verdict::Fail,
             format!("{}{}", what.join("; "), context(flavor)),
         );
-    } else if t.undecided > 0 {
-        let why = if t.contradictory > 0 {
-            format!(
-                ", {} of them because KVM's and the guest's evidence contradict each other",
-                t.contradictory
-            )
-        } else {
-            String::new()
-        };
-        f.set(
-            Verdict::Undecided,
-            format!(
+    } else if t.undecided > 0 || !read_open.is_empty() {
+        let mut what = Vec::new();
+        if t.undecided > 0 {
+            let why = if t.contradictory > 0 {
+                format!(
+                    ", {} of them because KVM's and the guest's evidence contradict each other",
+                    t.contradictory
+                )
+            } else {
+                String::new()
+            };
+            what.push(format!(
                 "{} of {total} vCPU-rounds could not be decided (the offset change was \
                  within the bracketed reads' error and the guest's TSC could not tell){why}; the \
                  other {} took effect",
                 t.undecided, t.honoured
-            ),
-        );
+            ));
+        }
+        what.extend(read_open);
+        f.set(Verdict::Undecided, what.join("; "));
     } else {
         f.set(
             Verdict::Pass,
             format!(
                 "in all {} rounds every vCPU's write took effect ({by_host} decided by KVM's \
-                 evidence, {} by the guest's) and its TSC ran on from the written value",
+                 evidence, {} by the guest's) and a later read found its TSC moved by what the \
+                 writes asked",
                 t.rounds, t.decided_by_guest
             ),
         );
@@ -140,128 +261,31 @@ pub fn judge(t: &RoundTally, tsc_after: &[u64], host_elapsed: u64, flavor: KvmFl
     f
 }
 
-#[cfg(test)]
-mod tests {
-    use super::super::testdata::{round, vcpu};
-    use super::*;
-
-    #[test]
-    fn honoured_writes_and_a_plausible_later_read_pass() {
-        let r = [round(
-            vec![vcpu(0, -400, Some(-400), Some(true))],
-            Some(true),
-            0,
-        )];
-        let f = judge(&RoundTally::of(&r), &[5_500], 1_000, KvmFlavor::Svm);
-        assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
-        // The later read is below the value written: the TSC did not move.
-        assert_eq!(
-            judge(&RoundTally::of(&r), &[4_000], 1_000, KvmFlavor::Svm).verdict,
-            Verdict::Fail
-        );
-        // Far beyond the elapsed time: not "written value plus elapsed time".
-        assert_eq!(
-            judge(
-                &RoundTally::of(&r),
-                &[5_000 + 10_000],
-                1_000,
-                KvmFlavor::Svm
-            )
-            .verdict,
-            Verdict::Fail
-        );
+/// "K of N vCPU-rounds' writes did not take effect: <by which evidence>".
+fn not_taken_effect(t: &RoundTally, ignored: u64, total: u64) -> String {
+    let mut evidence = Vec::new();
+    for (k, words) in [
+        (t.not_honoured_by[0], "the exact offsets did not move"),
+        (
+            t.not_honoured_by[1],
+            "the bracketed reads show the offsets did not move",
+        ),
+        (t.not_honoured_by[2], "the guests' TSCs did not jump"),
+    ] {
+        if k == ignored {
+            evidence.push(words.to_string());
+        } else if k > 0 {
+            evidence.push(format!("{words} ({k})"));
+        }
     }
-
-    /// A true ignored write: the offsets did not move, the guest's TSC did
-    /// not jump: FAIL, with the reason taken from that evidence.
-    #[test]
-    fn a_truly_ignored_write_fails_with_its_evidence() {
-        let r = [round(
-            vec![vcpu(0, -400, Some(0), Some(false))],
-            Some(false),
-            0,
-        )];
-        let f = judge(&RoundTally::of(&r), &[5_500], 1_000, KvmFlavor::Pvm);
-        assert_eq!(f.verdict, Verdict::Fail);
-        assert!(
-            f.reason.starts_with(
-                "1 of 1 vCPU-rounds' writes did not take effect: the exact offsets did not move, the guests' TSCs did not jump either"
-            ),
-            "{}",
-            f.reason
-        );
-        assert!(f.reason.ends_with(" (host: PVM)"), "{}", f.reason);
+    if t.no_jump == ignored && t.not_honoured_by[2] == 0 {
+        evidence.push("the guests' TSCs did not jump either".into());
     }
-
-    /// KVM's evidence undecided (no exact offsets, tiny delta), the guest saw
-    /// its TSC jump: decided by the guest, and the check passes.
-    #[test]
-    fn undecided_host_evidence_with_a_decisive_guest_passes() {
-        let r = [round(
-            vec![
-                vcpu(0, -400, None, Some(true)),
-                vcpu(1, -900, None, Some(true)),
-            ],
-            Some(true),
-            0,
-        )];
-        let f = judge(&RoundTally::of(&r), &[5_500, 5_600], 1_000, KvmFlavor::Svm);
-        assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
-        assert_eq!(f.values["decided_by_guest"], 2);
-        assert!(
-            f.reason
-                .contains("0 decided by KVM's evidence, 2 by the guest's"),
-            "{}",
-            f.reason
-        );
-    }
-
-    /// Neither side decided one vCPU-round: UNDECIDED, never "not honoured",
-    /// never FAIL.
-    #[test]
-    fn a_vcpu_round_neither_side_decides_is_undecided_not_a_failure() {
-        let r = [
-            round(vec![vcpu(0, -400, Some(-400), Some(true))], Some(true), 0),
-            round(vec![vcpu(0, -300, None, None)], None, 0),
-        ];
-        let f = judge(&RoundTally::of(&r), &[5_500], 1_000, KvmFlavor::Svm);
-        assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
-        assert!(
-            f.reason
-                .starts_with("1 of 2 vCPU-rounds could not be decided"),
-            "{}",
-            f.reason
-        );
-        assert_eq!(f.values["not_honoured"], 0);
-    }
-
-    /// The offsets say ignored, the guest's TSC jumped: contradictory, so
-    /// undecided; the check never says "not honoured" while the guest saw the
-    /// jump.
-    #[test]
-    fn contradictory_evidence_is_undecided_and_said() {
-        let r = [round(vec![vcpu(0, -400, Some(0), Some(true))], None, 0)];
-        let f = judge(&RoundTally::of(&r), &[5_500], 1_000, KvmFlavor::Svm);
-        assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
-        assert!(f.reason.contains("contradict"), "{}", f.reason);
-        assert!(!f.reason.contains("did not take effect"), "{}", f.reason);
-    }
-
-    #[test]
-    fn no_rounds_or_no_writes_is_a_skip() {
-        assert_eq!(
-            judge(&RoundTally::default(), &[], 0, KvmFlavor::Svm).verdict,
-            Verdict::Skip
-        );
-        let mut quiet = vcpu(0, 0, Some(0), None);
-        quiet.wrote = false;
-        let f = judge(
-            &RoundTally::of(&[round(vec![quiet], None, 0)]),
-            &[5_500],
-            1_000,
-            KvmFlavor::Svm,
-        );
-        assert_eq!(f.verdict, Verdict::Skip);
-        assert!(f.reason.contains("nothing to honour"), "{}", f.reason);
-    }
+    format!(
+        "{ignored} of {total} vCPU-rounds' writes did not take effect: {}",
+        evidence.join(", ")
+    )
 }
+
+#[cfg(test)]
+mod tests;

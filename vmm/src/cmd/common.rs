@@ -75,7 +75,10 @@ pub fn cannot_run(msg: impl std::fmt::Display) -> Exit {
     Exit::CannotRun
 }
 
-/// Installs the SIGINT/SIGTERM handlers every command runs under.
+/// Installs the SIGINT/SIGTERM handlers every command runs under: the first
+/// signal stops the command cleanly, repeats are absorbed (a wrapper's or a
+/// process-group kill's copy must not throw the report away), and only a
+/// SIGINT [`stop::KILL_GRACE`] or more after the first kills at once.
 pub fn install_stop_handlers() -> Result<(), Exit> {
     stop::install_handlers().map_err(cannot_run)
 }

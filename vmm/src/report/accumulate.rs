@@ -291,8 +291,21 @@ mod tests {
             .collect()
     }
 
+    /// The type-7 percentile of `v` (sorted here), from its definition,
+    /// independently of the code under test.
+    fn type7(v: &[f64], p: f64) -> f64 {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        let h = p * (v.len() - 1) as f64;
+        let lo = h.floor() as usize;
+        let hi = (lo + 1).min(v.len() - 1);
+        v[lo] + (h - lo as f64) * (v[hi] - v[lo])
+    }
+
     /// While every value is kept, the accumulator's summary is the one the
-    /// whole list of rounds gives.
+    /// whole list of rounds gives, and that is the one worked out here from
+    /// the rounds' own numbers (both summaries share the order statistics
+    /// of `stats`: a bug there would not show between them).
     #[test]
     fn the_summary_equals_the_one_of_all_rounds() {
         let rs = rounds(500);
@@ -302,6 +315,28 @@ mod tests {
         }
         let a = acc.summary(Some(2_000_000));
         let b = summarize_run(&rs, Some(2_000_000));
+        let skews: Vec<f64> = rs.iter().map(|r| r.skew_cycles as f64).collect();
+        let exits: Vec<f64> = rs
+            .iter()
+            .filter_map(|r| r.cpu0_exit_latency_cycles)
+            .map(|e| e as f64)
+            .collect();
+        let s = a.skew_cycles.as_ref().expect("a skew summary");
+        let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * y.abs();
+        assert!(close(s.median, type7(&skews, 0.5)), "{}", s.median);
+        assert!(close(s.p99, type7(&skews, 0.99)), "{}", s.p99);
+        assert!(close(s.p90, type7(&skews, 0.9)), "{}", s.p90);
+        let e = a
+            .cpu0_exit_latency_cycles
+            .as_ref()
+            .expect("an exit summary");
+        assert_eq!(e.n, exits.len());
+        assert!(close(e.median, type7(&exits, 0.5)), "{}", e.median);
+        assert!(close(e.max, type7(&exits, 1.0)), "{}", e.max);
+        assert_eq!(
+            a.rounds_with_disagreements,
+            rs.iter().filter(|r| !r.disagreements.is_empty()).count()
+        );
         assert_eq!(a.rounds, b.rounds);
         assert_eq!(
             a.skew_cycles.as_ref().map(|s| s.median),
