@@ -34,7 +34,7 @@ res=$out/results.txt
 bin=${TSC_BIN:-/bin/tsc-rendezvous}
 limit=${TSC_STEP_TIMEOUT:-300}
 check_args=${TSC_CHECK_ARGS:---rounds 50 --warp-iterations 5000}
-run_args=${TSC_RUN_ARGS:---vcpus 2 --rounds 20}
+run_args=${TSC_RUN_ARGS:---vcpus 2 --rounds 20 --kvmclock}
 restore_args=${TSC_RESTORE_ARGS:---vcpus 2 --delay-ms 500 --warp-iterations 2000}
 skew_args=${TSC_SKEW_ARGS:---vcpus 2 --rounds 3 --initial-skew 100000000}
 status=0
@@ -72,6 +72,7 @@ step() {
 put kernel_release "$(uname -r)"
 put nproc "$(nproc)"
 put step_timeout "$limit"
+put skew_args "$skew_args"
 if grep -q ' /sys/kernel/debug debugfs ' /proc/mounts; then put debugfs_mounted yes; else put debugfs_mounted no; fi
 if [ -d /sys/kernel/debug/kvm ]; then put debugfs_kvm yes; else put debugfs_kvm no; fi
 put clocksource "$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"

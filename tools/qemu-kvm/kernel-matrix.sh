@@ -196,7 +196,7 @@ target_dir="$root/target/static"
 
 # The guest steps' arguments; check, run, restore and the skew run get --vcpus N first.
 check_args="--rounds 50 --warp-iterations 5000"
-run_args="--rounds 20"
+run_args="--rounds 20 --kvmclock"
 restore_args="--delay-ms 500 --warp-iterations 2000"
 skew_args="--rounds 3 --initial-skew 100000000"
 

@@ -203,6 +203,40 @@ fn agreement(p: &[ClockPair]) -> String {
     }
 }
 
+/// Whether the worst pair's kvmclock difference is the vCPUs' exact TSC
+/// offsets' difference in ns (within the pair's bound and a ns of
+/// rounding): then each vCPU's kvmclock follows its own TSC. Empty when it is
+/// not, or the offsets are unknown.
+fn follows_offsets(p: &[ClockPair], v: &ClockView) -> String {
+    let Some(w) = p.iter().max_by_key(|x| x.apart()) else {
+        return String::new();
+    };
+    let (Some(a), Some(b)) = (v.states.get(w.a as usize), v.states.get(w.b as usize)) else {
+        return String::new();
+    };
+    let (Some(oa), Some(ob)) = (a.offset, b.offset) else {
+        return String::new();
+    };
+    let rel = ob.wrapping_sub(oa) as i64;
+    let Some(rel_ns) = crate::units::cycles_to_ns_at(i128::from(rel), b.tsc_khz) else {
+        return String::new();
+    };
+    let mid = (w.lower_ns as f64 + w.upper_ns as f64) / 2.0;
+    let half = (w.upper_ns as f64 - w.lower_ns as f64) / 2.0;
+    if (mid - rel_ns).abs() <= half + 1.0 {
+        format!(
+            ": that is their exact TSC offsets' difference (vCPU {}'s minus vCPU {}'s: {} \
+             cycles, {} ns), so each vCPU's kvmclock follows its own TSC",
+            w.b,
+            w.a,
+            n(rel),
+            n(rel_ns.round() as i64)
+        )
+    } else {
+        String::new()
+    }
+}
+
 /// What measurably goes with a master clock that is off: the host's
 /// clocksource not being the TSC (KVM needs it), the vCPUs' exact TSC
 /// offsets differing (KVM matches TSCs before it trusts one snapshot).
@@ -300,7 +334,8 @@ pub fn judge(
             Verdict::Fail,
             format!(
                 "KVM reports KVM_CLOCK_TSC_STABLE (one kvmclock for every vCPU) after the \
-                 guests' TSC writes, but {words}{fresh_text}{}",
+                 guests' TSC writes, but {words}{}{fresh_text}{}",
+                follows_offsets(&p, after),
                 context(flavor)
             ),
         );

@@ -98,6 +98,32 @@ fn a_stable_clock_the_guests_contradict_fails_naming_the_pair() {
 }
 
 #[test]
+fn a_difference_that_is_the_exact_offsets_says_the_kvmclocks_follow_the_tscs() {
+    // At 1 GHz vCPU 1's TSC is 2 ms ahead of vCPU 0's, and so is its kvmclock.
+    let mut v = view(2_000_000, 5_000, STABLE, [true; 2]);
+    v.states[0].offset = Some(100);
+    v.states[1].offset = Some(2_000_100);
+    for s in &mut v.states {
+        s.tsc_khz = 1_000_000;
+    }
+    let f = judge(2, &v, None, Some("tsc"), KvmFlavor::Svm);
+    assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+    assert!(
+        f.reason.contains(
+            "exact TSC offsets' difference (vCPU 0's minus vCPU 1's: -2,000,000 cycles, \
+             -2,000,000 ns)"
+        ),
+        "{}",
+        f.reason
+    );
+    // Offsets that do not explain it: no such words.
+    v.states[1].offset = Some(100);
+    let f = judge(2, &v, None, Some("tsc"), KvmFlavor::Svm);
+    assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+    assert!(!f.reason.contains("follows its own TSC"), "{}", f.reason);
+}
+
+#[test]
 fn no_master_clock_is_no_promise_and_says_what_is_known() {
     let f = judge(
         2,

@@ -134,11 +134,17 @@ fn rounds_and_warp(s: &mut Session, ev: &mut Evidence) -> Result<(), RunError> {
         });
     }
     if ev.clock.kvmclock {
+        // The control first: a TSC_ADJUST write requests a clock update, so
+        // what the IA32_TSC write is measured against starts from a page
+        // KVM has just re-anchored. The other way round, a page the IA32_TSC
+        // write left stale would be corrected by the control's update, and
+        // the control would see that correction (kvmclock stepping back by
+        // the first write's move) instead of its own continuity.
         let delta = continuity_delta(ev.env.host.tsc_khz);
-        ev.clock.tsc_write = Some(clock_writes(s, MSR_IA32_TSC, delta)?);
         if s.guest_tsc_adjust() {
             ev.clock.adjust_write = Some(clock_writes(s, MSR_IA32_TSC_ADJUST, delta)?);
         }
+        ev.clock.tsc_write = Some(clock_writes(s, MSR_IA32_TSC, delta)?);
     }
     Ok(())
 }
