@@ -299,9 +299,20 @@ fn verdicts_match_the_host_and_every_format_is_well_formed() {
             assert_eq!(doc["ok"], Value::Bool(false));
         }
         "vmx" | "svm" if kernel.as_slice() >= [5, 10].as_slice() => {
-            for id in ["same-start", "tsc-msrs", "writes-honoured"] {
+            for id in ["same-start", "tsc-msrs"] {
                 assert_eq!(verdict(&doc, id), "PASS", "{id}: {}", reason(&doc, id));
             }
+            // Check 4's later read decides only when its brackets are tighter
+            // than the writes' move (a loaded emulator can widen them): PASS,
+            // or UNDECIDED saying the read cannot tell; never FAIL.
+            let (c4, r4) = (
+                verdict(&doc, "writes-honoured"),
+                reason(&doc, "writes-honoured"),
+            );
+            assert!(
+                c4 == "PASS" || (c4 == "UNDECIDED" && r4.contains("cannot tell")),
+                "{c4}: {r4}"
+            );
             // Exact offsets from KVM_VCPU_TSC_OFFSET or debugfs decide check 3.
             let c3 = verdict(&doc, "adjust-equals-offset");
             assert_eq!(
@@ -320,12 +331,20 @@ fn verdicts_match_the_host_and_every_format_is_well_formed() {
             if env["tsc_offset_attr"] == true && adjust_clock & 12 == 12 {
                 // KVM_GET_CLOCK reports real time and the host TSC only with
                 // a TSC clocksource; without one check 7 SKIPs saying so.
-                let want = if env["clocksource"] == "tsc" {
-                    "PASS"
+                // With one, PASS, or UNDECIDED when the clock shift's bound
+                // cannot tell the method's shift from none (a real-time drift
+                // within it): the relative offsets are judged either way.
+                let v7 = verdict(&doc, "save-restore");
+                if env["clocksource"] == "tsc" {
+                    assert!(
+                        v7 == "PASS"
+                            || (v7 == "UNDECIDED"
+                                && c7.contains("the clock shift could not be judged")),
+                        "{v7}: {c7}"
+                    );
                 } else {
-                    "SKIP"
-                };
-                assert_eq!(verdict(&doc, "save-restore"), want, "{c7}");
+                    assert_eq!(v7, "SKIP", "{c7}");
+                }
             } else {
                 assert_eq!(verdict(&doc, "save-restore"), "SKIP", "{c7}");
                 assert!(c7.contains("this kernel lacks"), "{c7}");
@@ -467,7 +486,8 @@ fn a_baseline_flags_worse_verdicts_and_accepts_equal_ones() {
     );
     assert_eq!(again.status.code(), first.status.code());
 
-    // A baseline in which every check passed: whatever fails now regressed.
+    // A baseline in which every check passed: whatever is not PASS now
+    // regressed, but an UNDECIDED (no evidence of a regression).
     let mut better = base.clone();
     if let Some(cs) = better["checks"].as_array_mut() {
         for c in cs {
@@ -479,7 +499,11 @@ fn a_baseline_flags_worse_verdicts_and_accepts_equal_ones() {
     let (worse, doc) = check(&["--baseline", better_path.to_str().unwrap_or("")]);
     let not_passing = doc["checks"]
         .as_array()
-        .map(|cs| cs.iter().filter(|c| c["verdict"] != "PASS").count())
+        .map(|cs| {
+            cs.iter()
+                .filter(|c| c["verdict"] != "PASS" && c["verdict"] != "UNDECIDED")
+                .count()
+        })
         .unwrap_or(0);
     assert_eq!(
         doc["counts"]["regressed"].as_u64(),

@@ -254,7 +254,11 @@ class Kernel:
             if c.get("number") != number:
                 self.fail(name, verdict, f"numbered {c.get('number')} in check.json")
             if number <= 4:
-                if verdict != "PASS":
+                if cid == "writes-honoured" and verdict == "UNDECIDED" and "cannot tell" in reason:
+                    # Its later read decides only when its brackets are tighter
+                    # than the writes' move; a loaded emulator can widen them.
+                    self.note(f"check 4 UNDECIDED: {clip(reason)}")
+                elif verdict != "PASS":
                     self.fail(name, verdict, f"expected PASS: {reason}")
                 elif cid == "adjust-equals-offset":
                     vals = c.get("values") or {}
@@ -592,10 +596,14 @@ class Kernel:
                     # From 6.7 (bf328e22) the VM's first host IA32_TSC write is
                     # not matched against the creation offsets: vCPU 0's write is
                     # taken and the others are matched to it.
-                    if fates != taken:
+                    # msr-twice's second write of vCPU 0 is itself matched to
+                    # the first or taken, by its timing (KVM's one-second window).
+                    firsts = (["as-written"],) if name == "msr" else (["as-written"], ["vcpu0-first-write"])
+                    if fates[1:] != taken[1:] or fates[:1] not in firsts:
                         self.fail(label, f"offset fates {fates}",
                                   f"from Linux 6.7 (commit bf328e22) the VM's first host IA32_TSC write is not "
-                                  f"matched against the creation offsets: expected {taken}")
+                                  f"matched against the creation offsets: expected vCPU 0 "
+                                  f"{' or '.join(f[0] for f in firsts)}, the others vcpu0-offset")
                 else:
                     # Before 6.7 it depends on the VM's age at the write: either
                     # every vCPU keeps its creation offset (the guest loses the
@@ -605,12 +613,13 @@ class Kernel:
                     lost = ((vcpus[0].get("advance_minus_host") or [0, 0])[1] or 0) < 0 if vcpus else False
                     if kept and lost:
                         self.note(f"{label}: every vCPU kept its creation offset (the VM was young; before 6.7)")
-                    elif fates == taken:
-                        self.note(f"{label}: vCPU 0's write taken, the others matched to it (before 6.7)")
+                    elif fates[1:] == taken[1:] and fates[:1] in (["as-written"], ["vcpu0-first-write"]):
+                        self.note(f"{label}: vCPU 0's write taken ({fates[0]}), the others matched to it (before 6.7)")
                     else:
                         self.fail(label, f"offset fates {fates}",
                                   f"before Linux 6.7 expected every vCPU to keep its creation offset with vCPU 0 "
-                                  f"behind the host time, or {taken}")
+                                  f"behind the host time, or vCPU 0 as-written or vcpu0-first-write and the others "
+                                  f"vcpu0-offset")
                 summary.append(f"{name} {before}->{after}")
         self.restore = "; ".join(summary)
 

@@ -79,7 +79,7 @@ EOF
 }
 
 default_suites="bullseye,bookworm,trixie@4"
-default_tests="kvm_run,check,kvm_compare,faults,signals,restore,initial_skew"
+default_tests="kvm_run,check,kvmclock,kvm_compare,faults,signals,restore,initial_skew"
 # thread=single although run-in-qemu.sh defaults to multi: multi never hung (see
 # measurements.md), but it leaves the emulated vCPUs' timing to the host's scheduler, and
 # the matrix asserts timing-dependent outcomes (the initial skew removed to a tenth by

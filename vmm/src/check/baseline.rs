@@ -1,7 +1,8 @@
 //! Comparing a `check` result with a known-good baseline (an earlier
 //! `check --json` of the same host class): a check regresses when its verdict
-//! got worse (PASS > SKIP > FAIL), when it is missing, or, for the skew, when
-//! the median skew grew beyond the tolerance.
+//! got worse (PASS > UNDECIDED > SKIP > FAIL; PASS to UNDECIDED excepted:
+//! inconclusive evidence is no evidence of a regression), when it is missing,
+//! or, for the skew, when the median skew grew beyond the tolerance.
 
 use super::report::{BaselineVerdict, CheckReport, Verdict, SCHEMA};
 
@@ -49,7 +50,13 @@ pub fn compare(current: &mut CheckReport, base: &CheckReport, tolerance: f64) ->
             regressed: false,
             reason: format!("{} as in the baseline", c.verdict.label()),
         };
-        if c.verdict.rank() < b.verdict.rank() {
+        if c.verdict == Verdict::Undecided && b.verdict == Verdict::Pass {
+            // Inconclusive evidence is no evidence of a regression: a bound
+            // too wide this time (a loaded host) is not a check that broke.
+            cmp.reason = "was PASS, now UNDECIDED: not decided this time, which is no \
+                          evidence of a regression"
+                .into();
+        } else if c.verdict.rank() < b.verdict.rank() {
             cmp.regressed = true;
             cmp.reason = format!("was {}, now {}", b.verdict.label(), c.verdict.label());
         } else if c.verdict.rank() > b.verdict.rank() {
@@ -180,6 +187,23 @@ mod tests {
             now.checks[1].baseline.as_ref().map(|b| b.regressed),
             Some(true)
         );
+    }
+
+    #[test]
+    fn undecided_after_pass_is_no_regression_but_fail_and_skip_are() {
+        let base = report(standard(Verdict::Pass), 10_000.0);
+        let mut now = report(standard(Verdict::Undecided), 10_000.0);
+        compare(&mut now, &base, DEFAULT_TOLERANCE);
+        assert_eq!(now.counts.regressed, 0, "PASS -> UNDECIDED");
+        let why = now.checks[1].baseline.as_ref().map(|b| b.reason.clone());
+        assert!(why.is_some_and(|w| w.contains("no evidence of a regression")));
+        // UNDECIDED -> FAIL and UNDECIDED -> SKIP are worse.
+        for worse in [Verdict::Fail, Verdict::Skip] {
+            let base = report(standard(Verdict::Undecided), 10_000.0);
+            let mut now = report(standard(worse), 10_000.0);
+            compare(&mut now, &base, DEFAULT_TOLERANCE);
+            assert_eq!(now.counts.regressed, 1, "UNDECIDED -> {worse:?}");
+        }
     }
 
     #[test]

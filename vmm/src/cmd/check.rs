@@ -77,8 +77,9 @@ pub struct CheckArgs {
     pub markdown: Option<PathBuf>,
 
     /// Compare with an earlier `check --json` result: a check whose verdict
-    /// got worse (PASS > SKIP > FAIL), a missing check, or a median skew that
-    /// grew beyond the tolerance fails (exit code 1).
+    /// got worse (PASS > UNDECIDED > SKIP > FAIL; PASS to UNDECIDED is no
+    /// evidence of a regression), a missing check, or a median skew that grew
+    /// beyond the tolerance fails (exit code 1).
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
 
