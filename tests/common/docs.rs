@@ -11,6 +11,7 @@ pub const PAGES: &[(&str, &str)] = &[
         include_str!("../../docs/host-backend.md"),
     ),
     ("docs/checks.md", include_str!("../../docs/checks.md")),
+    ("docs/kvmclock.md", include_str!("../../docs/kvmclock.md")),
     ("docs/ci.md", include_str!("../../docs/ci.md")),
     ("docs/restore.md", include_str!("../../docs/restore.md")),
     (
