@@ -93,3 +93,106 @@ pub fn apply(result: &mut RoundResult, pairs: &[HandoffResult]) {
         result.skew_cycles_guest_error = Some(err.saturating_mul(2));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tsc_contract::{HandoffResult, RoundRecord, HANDOFF_MAGIC, RECORD_MAGIC};
+
+    use super::*;
+    use crate::analysis::{analyse_round, Base, VcpuSample};
+    use crate::tsc::TscState;
+
+    /// Pair (a, b): the responder's TSC minus the initiator's in [lo, hi].
+    fn pair(a: u32, b: u32, lo: i64, hi: i64) -> HandoffResult {
+        HandoffResult {
+            magic: HANDOFF_MAGIC,
+            a,
+            b,
+            exchanges: 8,
+            min_rtt: (hi - lo).unsigned_abs(),
+            lower: lo,
+            upper: hi,
+            ..HandoffResult::default()
+        }
+    }
+
+    /// A two-vCPU round whose exact offsets put vCPU 1 `rel` cycles ahead,
+    /// its own disagreements cleared.
+    fn round(rel: u64) -> RoundResult {
+        let state = |offset: u64| TscState {
+            offset: Some(offset),
+            host_after: 100,
+            tsc_khz: 1_000_000,
+            ..TscState::default()
+        };
+        let sample = |vcpu: u32, offset: u64| VcpuSample {
+            record: RoundRecord {
+                magic: RECORD_MAGIC,
+                vcpu,
+                variant: 3,
+                written: 5,
+                ..RoundRecord::default()
+            },
+            before: state(offset),
+            after: state(offset),
+        };
+        let samples = [sample(0, 0), sample(1, rel)];
+        let mut r = analyse_round(0, "xen-head", &samples, &Base::creation(2), None);
+        r.disagreements.clear();
+        r
+    }
+
+    #[test]
+    fn both_directions_meet_and_an_agreeing_view_adds_method_d() {
+        let p = [pair(0, 1, 900, 1_100), pair(1, 0, -1_050, -950)];
+        assert_eq!(relative_to_vcpu0(&p, 1), Some((950, 1_050)));
+        let mut r = round(1_000);
+        let bracket = r.vcpus[1].rel_offset_bracket;
+        apply(&mut r, &p);
+        let still: Vec<&String> = r
+            .disagreements
+            .iter()
+            .filter(|d| !d.contains("bracketed reads"))
+            .collect();
+        assert!(
+            still.is_empty(),
+            "{:?} (bracket {bracket})",
+            r.disagreements
+        );
+        assert_eq!(r.vcpus[1].rel_offset_guest, Some(1_000));
+        assert_eq!(r.vcpus[1].rel_offset_guest_error, Some(50));
+        assert_eq!(r.skew_cycles_guest, Some(1_000));
+        assert_eq!(r.skew_cycles_guest_error, Some(100));
+    }
+
+    #[test]
+    fn an_exact_offset_outside_the_guests_interval_disagrees() {
+        let p = [pair(0, 1, 900, 1_100), pair(1, 0, -1_100, -900)];
+        let mut r = round(5_000);
+        apply(&mut r, &p);
+        assert!(
+            r.disagreements
+                .iter()
+                .any(|d| d.contains("5000 cycles by the exact offsets, the guest sees 1000 ± 100")),
+            "{:?}",
+            r.disagreements
+        );
+    }
+
+    #[test]
+    fn an_empty_interval_disagrees_and_gives_no_view() {
+        // The two directions contradict each other: no constant offset fits.
+        let p = [pair(0, 1, 900, 1_100), pair(1, 0, 900, 1_100)];
+        let mut r = round(1_000);
+        apply(&mut r, &p);
+        assert!(
+            r.disagreements
+                .iter()
+                .any(|d| d.contains("no constant offset fits")),
+            "{:?}",
+            r.disagreements
+        );
+        assert_eq!(r.vcpus[1].rel_offset_guest, None);
+        assert_eq!(r.skew_cycles_guest, None);
+    }
+}

@@ -224,3 +224,44 @@ fn control(s: &mut Session, test: &Handoff, after: &[TscState]) -> Result<Contro
     }
     Ok(Control::Impossible(tried.join("; ")))
 }
+
+#[cfg(test)]
+mod tests {
+    use tsc_contract::HandoffResult;
+
+    use super::*;
+
+    fn with_rtts(rtts: &[u64]) -> Handoff {
+        Handoff {
+            exchanges: 10,
+            all_pairs: true,
+            pairs: rtts
+                .iter()
+                .map(|&min_rtt| HandoffResult {
+                    min_rtt,
+                    ..HandoffResult::default()
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_control_is_a_hundred_longest_round_trips_within_its_limits() {
+        // 100 x the longest of the pairs' shortest round trips...
+        assert_eq!(control_delta(&with_rtts(&[20_000, 50_000])), 5_000_000);
+        // ...but never below 2^20 cycles (short trips on fast hardware)...
+        assert_eq!(control_delta(&with_rtts(&[800, 808])), 1 << 20);
+        assert_eq!(control_delta(&with_rtts(&[])), 1 << 20);
+        // ...nor above 2^40, however slow the hand-offs were.
+        assert_eq!(control_delta(&with_rtts(&[u64::MAX])), 1 << 40);
+    }
+
+    #[test]
+    fn the_continuity_writes_are_4_s_of_cycles() {
+        assert_eq!(continuity_delta(Some(2_445_431)), 9_781_724_000);
+        assert!(
+            continuity_delta(None) > 0,
+            "a TSC frequency unknown still writes"
+        );
+    }
+}
