@@ -461,6 +461,7 @@ fn a_failure_in_any_step_frees_both_vms() {
         warp_iterations: 100,
         timeout: Duration::from_secs(60),
         fail_at,
+        chain: true,
     };
     // Warm up: the kick handler, the logger, allocator arenas.
     let (_, e) = measure_method(&opts(None), Method::Msr);

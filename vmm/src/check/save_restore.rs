@@ -54,6 +54,7 @@ impl Check for SaveRestore {
             warp_iterations: ev.options.warp_iterations,
             timeout: ctx.time_left(),
             fail_at: None,
+            chain: true,
         };
         let (run, error) = restore::measure_method(&opts, Method::Documented);
         let report = MethodReport::from_run(&run, &opts);

@@ -35,6 +35,7 @@ pub fn options() -> MethodOptions {
         warp_iterations: 1_000,
         timeout: Duration::from_secs(10),
         fail_at: None,
+        chain: true,
     }
 }
 
@@ -85,6 +86,7 @@ pub fn honoured(shift: i64) -> MethodRun {
             rip_after: 0x1001,
         },
         pio_state: PioState::Completed,
+        kvmclock_msr: Some(tsc_contract::layout::pvclock(i as u32) | 1),
     };
     let reads = |host: u64, offsets: &[u64]| Reads {
         tsc: offsets

@@ -1,0 +1,1 @@
+//! Unit tests of the master clock, skew and keeps judges.
