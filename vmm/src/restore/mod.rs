@@ -34,6 +34,8 @@ pub mod run;
 pub mod snapshot;
 #[cfg(test)]
 pub(crate) mod testdata;
+#[cfg(test)]
+pub(crate) mod testdata_clock;
 pub mod text;
 pub mod trace;
 mod words;

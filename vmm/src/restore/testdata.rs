@@ -131,6 +131,7 @@ pub fn honoured(shift: i64) -> MethodRun {
     run.first = Some(reads(201_000_000, &after));
     run.warp = Some(vec![warp, warp]);
     run.after_warp = run.after.clone();
+    super::testdata_clock::add(&mut run);
     run
 }
 
