@@ -38,6 +38,7 @@ impl RestoreReport {
                 methods: methods.iter().map(|m| m.name()).collect(),
                 warp_iterations: opts.warp_iterations,
                 timeout_secs: opts.timeout.as_secs_f64(),
+                chain: opts.chain,
             },
             methods: Vec::new(),
             incomplete: None,

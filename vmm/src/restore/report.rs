@@ -60,6 +60,8 @@ pub struct OptionsReport {
     pub warp_iterations: u64,
     /// Deadline of each VM's session, s.
     pub timeout_secs: f64,
+    /// Whether each method's restored guest was restored again.
+    pub chain: bool,
 }
 
 /// An interval of host time, cycles and ns.
