@@ -80,22 +80,3 @@ pub enum Trace {
     /// `msr` and `msr-twice`.
     Msr(MsrWrites),
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_write_asks_for_the_offset_of_its_bracket() {
-        let w = TscWrite {
-            value: 1_000,
-            host_before: 5_000,
-            host_after: 5_100,
-        };
-        // value - host: between 1000 - 5100 and 1000 - 5000 (negative, wrapped).
-        assert!(w.asked_for((-4_100i64) as u64));
-        assert!(w.asked_for((-4_000i64) as u64));
-        assert!(!w.asked_for((-3_999i64) as u64));
-        assert!(!w.asked_for((-4_101i64) as u64));
-    }
-}
