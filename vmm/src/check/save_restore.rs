@@ -160,7 +160,7 @@ pub fn judge(r: &MethodReport, vcpus: u32, flavor: KvmFlavor) -> Finding {
     if !fails.is_empty() {
         f.set(
             Verdict::Fail,
-            format!("{}{}", fails.join("; "), context(flavor)),
+            format!("{}{}{}", fails.join("; "), clock.note, context(flavor)),
         );
     } else if !open.is_empty() {
         f.set(
