@@ -61,6 +61,11 @@ fn bracket() -> Option<Elapsed> {
     )
 }
 
+/// vCPU `id`'s continuity over [`bracket`], no extra allowance, no step.
+fn judged(id: u32, b: &ClockRecord, a: &ClockRecord) -> VcpuContinuity {
+    continuity(id, b, a, bracket(), KHZ, 0, None)
+}
+
 #[test]
 fn the_host_bracket_is_rounded_outwards() {
     let e = bracket().expect("a frequency");
@@ -102,14 +107,10 @@ fn a_kvmclock_that_advanced_by_the_host_time_is_continuous() {
     // The re-anchoring before the snapshot moved kvmclock by 0 (beyond the
     // 40 us the TSC advanced, within rounding).
     assert!(c.reanchor_before_ns.abs() < 2, "{}", c.reanchor_before_ns);
-    let stale = continuity(
+    let stale = judged(
         0,
         &before(63_027_887, 2_000_000, 6, -1_234_567),
         &after(243_090_825, 150_000, 10),
-        bracket(),
-        KHZ,
-        0,
-        None,
     );
     assert!((stale.reanchor_before_ns + 1_234_567).abs() < 2);
 }
@@ -117,14 +118,10 @@ fn a_kvmclock_that_advanced_by_the_host_time_is_continuous() {
 #[test]
 fn a_kvmclock_that_restarted_or_lost_time_jumped_or_went_backwards() {
     // msr on PVM: the destination's kvmclock started at its creation.
-    let behind = continuity(
+    let behind = judged(
         0,
         &before(23_762_002, 1_000_000, 6, 0),
         &after(47_273_496, 190_000, 10),
-        bracket(),
-        KHZ,
-        0,
-        None,
     );
     match behind.outcome {
         Continuity::Jumped { min_ns, max_ns } => {
@@ -142,15 +139,7 @@ fn a_kvmclock_that_restarted_or_lost_time_jumped_or_went_backwards() {
         "{}",
         behind.words
     );
-    let ahead = continuity(
-        1,
-        &before(63_027_887, 0, 6, 0),
-        &after(263_090_825, 0, 10),
-        bracket(),
-        KHZ,
-        0,
-        None,
-    );
+    let ahead = judged(1, &before(63_027_887, 0, 6, 0), &after(263_090_825, 0, 10));
     assert!(
         matches!(ahead.outcome, Continuity::Jumped { min_ns, .. } if min_ns > 19_000_000),
         "{:?}",
@@ -163,14 +152,10 @@ fn a_kvmclock_that_restarted_or_lost_time_jumped_or_went_backwards() {
     );
     // msr, chained: the second destination's kvmclock restarted below the
     // first's last reading.
-    let back = continuity(
+    let back = judged(
         0,
         &before(7_827_683_409, 500_000, 20, 0),
         &after(41_579_210, 190_000, 4),
-        bracket(),
-        KHZ,
-        0,
-        None,
     );
     assert_eq!(
         back.outcome,
