@@ -211,10 +211,20 @@ fn assert_clock(m: &Value, vcpus: usize) {
     let name = m["method"].as_str().unwrap_or("?");
     assert_restore_clock(name, &m["kvmclock"], vcpus, m["delay_ms"].as_f64());
     let chain = &m["chain"];
-    assert_eq!(chain["completed"], true, "{name}: {chain}");
-    assert_eq!(chain["vcpus"].as_array().map(Vec::len), Some(vcpus));
-    assert_restore_clock(name, &chain["kvmclock"], vcpus, chain["delay_ms"].as_f64());
     let keeps = &m["keeps"];
+    assert_eq!(chain["vcpus"].as_array().map(Vec::len), Some(vcpus));
+    if chain["not_possible"].is_string() {
+        // Only the documented method needs what a restored VM's
+        // KVM_GET_CLOCK may lack (real time and the host TSC, reported only
+        // with the master clock, which it then did not keep).
+        assert_eq!(name, "documented", "{chain}");
+        assert_ne!(m["kvmclock"]["after"]["master_clock"]["kind"], "kept");
+        assert_eq!(chain["completed"], false, "{chain}");
+        assert!(keeps["after_two"].is_null() && keeps["after_two_why_not"].is_string());
+    } else {
+        assert_eq!(chain["completed"], true, "{name}: {chain}");
+        assert_restore_clock(name, &chain["kvmclock"], vcpus, chain["delay_ms"].as_f64());
+    }
     let saved = column(m, "relative_offset_before");
     for (k, now) in [
         (
@@ -232,6 +242,9 @@ fn assert_clock(m: &Value, vcpus: usize) {
             ],
         ),
     ] {
+        if k.is_null() {
+            continue;
+        }
         let exact = saved.iter().all(Value::is_i64);
         let same = now.iter().all(|v| *v == saved);
         let kind = k["exact_skew"]["kind"].as_str().unwrap_or("?");
@@ -417,8 +430,7 @@ fn the_readable_report_shows_each_method_and_what_it_did() {
         "warp test: largest backwards step",
         "kvmclock across the restore:",
         "after the guest ran again: KVM_GET_CLOCK flags",
-        "chained restore (run, snapshot, restore again",
-        "kvmclock across the second restore:",
+        "chained restore",
         "=> keeps ",
         "after two restores: ",
         "\nSummary\n",

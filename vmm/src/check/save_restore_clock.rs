@@ -100,7 +100,7 @@ pub fn judge(
     if let Some(c) = kvmclock {
         notes.push(one(c, "across the restore", &mut part.fails));
     }
-    if let Some(c) = chain {
+    if let Some(c) = chain.filter(|c| c.not_possible.is_none()) {
         notes.push(one(
             &c.kvmclock,
             "across the chained second restore",
@@ -125,8 +125,11 @@ pub fn judge(
                 two.keeps.name()
             ),
             None => format!(
-                "the method keeps {} after one restore",
-                k.after_one.keeps.name()
+                "the method keeps {} after one restore{}",
+                k.after_one.keeps.name(),
+                k.after_two_why_not
+                    .as_ref()
+                    .map_or_else(String::new, |w| format!(", and a second restore: {w}"))
             ),
         });
     }
@@ -238,5 +241,26 @@ mod tests {
         assert!(p.note.contains("undecided (torn)"), "{}", p.note);
         assert!(p.note.contains("master-clock after two"), "{}", p.note);
         assert_eq!(judge(None, None, None), ClockPart::default());
+    }
+
+    #[test]
+    fn a_second_restore_the_method_cannot_do_is_said_not_failed() {
+        let mut r = report(&honoured(0));
+        if let Some(c) = r.chain.as_mut() {
+            c.not_possible = Some("KVM_GET_CLOCK on the restored VM returned flags 0x0".into());
+        }
+        if let Some(k) = r.keeps.as_mut() {
+            k.after_two = None;
+            k.after_two_why_not = Some("no master clock".into());
+        }
+        let p = judged(&r);
+        assert!(p.fails.is_empty(), "{p:?}");
+        assert!(
+            p.note
+                .ends_with("the method keeps exact-skew after one restore, and a second restore: no master clock"),
+            "{}",
+            p.note
+        );
+        assert!(!p.note.contains("chained second restore"), "{}", p.note);
     }
 }

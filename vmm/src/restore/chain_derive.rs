@@ -63,6 +63,7 @@ pub fn chain(c: &ChainRun, khz: u32, n: usize, why_not: Option<&str>) -> ChainRe
     });
     ChainReport {
         completed: c.clock_after.is_some(),
+        not_possible: c.not_possible.clone(),
         delay_ms: c.delay.map(|d| d.as_secs_f64() * 1e3),
         skew_saved_cycles: spread_of(&rel_saved),
         skew_after_cycles: spread_of(&rel_after),
@@ -115,8 +116,17 @@ pub fn keeps(
             master(Some(&c.kvmclock)),
         )
     });
+    let after_two_why_not = match chain {
+        Some(c) if !c.completed => Some(
+            c.not_possible
+                .clone()
+                .unwrap_or_else(|| "the chained restore did not complete".to_string()),
+        ),
+        _ => None,
+    };
     Keeps {
         after_one,
         after_two,
+        after_two_why_not,
     }
 }

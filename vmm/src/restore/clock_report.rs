@@ -237,6 +237,9 @@ pub struct ChainVcpu {
 pub struct ChainReport {
     /// Whether every step of it completed.
     pub completed: bool,
+    /// Why the method could not restore the restored VM again (the second
+    /// restore did not run).
+    pub not_possible: Option<String>,
     /// From destroying the first destination to creating the second, ms.
     pub delay_ms: Option<f64>,
     /// Spread of the relative offsets in the second snapshot, cycles.
@@ -328,4 +331,7 @@ pub struct Keeps {
     pub after_one: KeptAfter,
     /// After the chained second one (`None`: not measured).
     pub after_two: Option<KeptAfter>,
+    /// Why there is nothing to say after two restores, when a chain was
+    /// asked for.
+    pub after_two_why_not: Option<String>,
 }

@@ -85,6 +85,10 @@ pub fn restore_clock(out: &mut String, title: &str, c: &RestoreClock) {
 
 /// The chained restore.
 pub fn chain(out: &mut String, c: &ChainReport) {
+    if let Some(why) = &c.not_possible {
+        let _ = writeln!(out, "  chained restore: not possible: {why}");
+        return;
+    }
     let opt = |x: Option<u64>| x.map_or_else(|| "-".into(), n);
     let _ = writeln!(
         out,
@@ -103,6 +107,9 @@ pub fn keeps(out: &mut String, k: &Keeps) {
     for a in std::iter::once(&k.after_one).chain(&k.after_two) {
         let _ = writeln!(out, "  => keeps {}: {}", a.keeps.name(), a.words);
     }
+    if let Some(why) = &k.after_two_why_not {
+        let _ = writeln!(out, "  => after two restores: nothing to say: {why}");
+    }
 }
 
 /// In one line: what the method kept after one and after two restores.
@@ -112,6 +119,10 @@ pub fn keeps_summary(k: &Keeps) -> String {
             "keeps {} after one restore, {} after two",
             k.after_one.keeps.name(),
             two.keeps.name()
+        ),
+        None if k.after_two_why_not.is_some() => format!(
+            "keeps {} after one restore; no second restore",
+            k.after_one.keeps.name()
         ),
         None => format!("keeps {} after one restore", k.after_one.keeps.name()),
     }

@@ -176,3 +176,29 @@ fn the_clock_after_report_and_the_chain_agree_with_the_measurement() {
         ]
     );
 }
+
+/// 6.1 and the documented method: the restored VM has no master clock, so
+/// its KVM_GET_CLOCK lacks real time and the host TSC and the method cannot
+/// restore it again. Nothing is said after two restores, and why.
+#[test]
+fn a_chain_the_method_cannot_do_says_why_instead_of_after_two() {
+    let mut run = honoured(0);
+    if let Some(c) = run.chain.as_mut() {
+        c.trace = None;
+        c.after = None;
+        c.clock_first = None;
+        c.first = None;
+        c.clock_after = None;
+        c.not_possible = Some("KVM_GET_CLOCK on the restored VM returned flags 0x0".into());
+    }
+    let mut r = crate::restore::MethodReport::from_run(&run, &crate::restore::testdata::options());
+    let k = r.keeps.take().expect("keeps");
+    assert_eq!(k.after_two, None);
+    assert_eq!(
+        k.after_two_why_not.as_deref(),
+        Some("KVM_GET_CLOCK on the restored VM returned flags 0x0")
+    );
+    let c = r.chain.as_ref().expect("chain");
+    assert!(!c.completed && c.not_possible.is_some());
+    assert_eq!(c.skew_after_cycles, None);
+}

@@ -361,6 +361,10 @@ fn chain(
     if opts.fail_at == Some(Step::Chain) {
         return Err(RestoreError::Injected(Step::Chain));
     }
+    if let Some(why) = not_again(method, &snap) {
+        out.not_possible = Some(why);
+        return Ok(());
+    }
     let slots = Slots {
         delay: &mut out.delay,
         created: &mut out.created,
@@ -379,6 +383,31 @@ fn chain(
     out.clock_after = Some(clock_after(&mut dst)?);
     Ok(())
 }
+/// Why `method` cannot restore `snap` (a restored VM's snapshot), if it
+/// cannot: the documented method needs KVM_GET_CLOCK's real time and host
+/// TSC, which KVM reports only while the master clock is on.
+fn not_again(method: Method, snap: &Snapshot) -> Option<String> {
+    if method != Method::Documented {
+        return None;
+    }
+    match &snap.clock {
+        Ok(c) => {
+            let missing = super::offsets::missing_flags(c.flags);
+            (!missing.is_empty()).then(|| {
+                format!(
+                    "KVM_GET_CLOCK on the restored VM returned flags {:#x}, without {}: KVM \
+                     reports real time and the host TSC only while the master clock is on (and \
+                     the host clocksource is the TSC), so the documented method cannot restore \
+                     the VM it restored",
+                    c.flags,
+                    missing.join(" and ")
+                )
+            })
+        }
+        Err(e) => Some(format!("KVM_GET_CLOCK of the restored VM: {e}")),
+    }
+}
+
 /// What a 1-vCPU probe VM says about the host and the methods.
 pub struct Probe {
     /// The host.

@@ -114,4 +114,7 @@ pub struct ChainRun {
     pub first: Option<Reads>,
     /// The clock once the guest ran again.
     pub clock_after: Option<ClockAfter>,
+    /// Why the method could not restore the restored VM again (then the
+    /// second restore did not run): what the second snapshot lacks.
+    pub not_possible: Option<String>,
 }

@@ -158,5 +158,6 @@ pub fn chain(run: &mut MethodRun) {
         clock_first: Some(reads(500_990_000, &offsets(&after), 500_900_000, 2)),
         first: run.first.as_ref().map(later),
         clock_after: Some(clock_after_at(550_000_000, &after, false)),
+        not_possible: None,
     });
 }
