@@ -135,6 +135,7 @@ fn restore_json_matches_the_schema_and_the_host() {
     for m in doc["methods"].as_array().into_iter().flatten() {
         if m["ran"] == true {
             assert_common(m, 2);
+            assert_clock(m, 2);
         } else {
             assert!(
                 m["not_run_reason"].as_str().unwrap_or("").contains("lacks"),
@@ -201,6 +202,200 @@ fn restore_json_matches_the_schema_and_the_host() {
     }
 }
 
+/// The clock part of a completed method, by its relations: one reading
+/// per vCPU across each restore, each outcome consistent with its numbers,
+/// KVM_GET_CLOCK's flags and every page reported after each restore, the
+/// master clock's verdict consistent with them, and every "keeps" claim
+/// consistent with the offsets reported.
+fn assert_clock(m: &Value, vcpus: usize) {
+    let name = m["method"].as_str().unwrap_or("?");
+    assert_restore_clock(name, &m["kvmclock"], vcpus, m["delay_ms"].as_f64());
+    let chain = &m["chain"];
+    let keeps = &m["keeps"];
+    assert_eq!(chain["vcpus"].as_array().map(Vec::len), Some(vcpus));
+    if chain["not_possible"].is_string() {
+        // Only the documented method needs what a restored VM's
+        // KVM_GET_CLOCK may lack (real time and the host TSC, reported only
+        // with the master clock, which it then did not keep).
+        assert_eq!(name, "documented", "{chain}");
+        assert_ne!(m["kvmclock"]["after"]["master_clock"]["kind"], "kept");
+        assert_eq!(chain["completed"], false, "{chain}");
+        assert!(keeps["after_two"].is_null() && keeps["after_two_why_not"].is_string());
+    } else {
+        assert_eq!(chain["completed"], true, "{name}: {chain}");
+        assert_restore_clock(name, &chain["kvmclock"], vcpus, chain["delay_ms"].as_f64());
+    }
+    let saved = column(m, "relative_offset_before");
+    for (k, now) in [
+        (
+            &keeps["after_one"],
+            [
+                column(m, "relative_offset_after"),
+                column(m, "relative_offset_after_warp"),
+            ],
+        ),
+        (
+            &keeps["after_two"],
+            [
+                chain_column(chain, "relative_offset_after"),
+                chain_column(chain, "relative_offset_after_run"),
+            ],
+        ),
+    ] {
+        if k.is_null() {
+            continue;
+        }
+        let exact = saved.iter().all(Value::is_i64);
+        let same = now.iter().all(|v| *v == saved);
+        let kind = k["exact_skew"]["kind"].as_str().unwrap_or("?");
+        match kind {
+            "kept" => assert!(exact && same, "{name}: {k} vs {saved:?} / {now:?}"),
+            "lost" => assert!(exact && !same, "{name}: {k}"),
+            "unknown" => assert!(!exact, "{name}: {k}"),
+            other => panic!("{name}: {other}"),
+        }
+        let restores = k["restores"].as_u64().unwrap_or(0);
+        let clock = if restores == 1 {
+            &m["kvmclock"]
+        } else {
+            &chain["kvmclock"]
+        };
+        let master = &clock["after"]["master_clock"]["kind"];
+        assert_eq!(&k["master_clock"]["kind"], master, "{name}: {k}");
+        let want = match (kind, master.as_str().unwrap_or("?")) {
+            ("kept", "kept") => "both",
+            ("kept", "off" | "broken") => "exact-skew",
+            ("lost", "kept") => "master-clock",
+            ("lost", "off" | "broken") => "neither",
+            _ => "undecided",
+        };
+        assert_eq!(k["keeps"], want, "{name}: {k}");
+    }
+}
+
+fn chain_column(chain: &Value, key: &str) -> Vec<Value> {
+    chain["vcpus"]
+        .as_array()
+        .map(|vs| vs.iter().map(|v| v[key].clone()).collect())
+        .unwrap_or_default()
+}
+
+fn assert_restore_clock(name: &str, c: &Value, vcpus: usize, delay_ms: Option<f64>) {
+    let i = |v: &Value| v.as_i64().unwrap_or(i64::MIN);
+    if c["guest_reads_why_not"].is_null() {
+        let v = c["continuity"].as_array().expect("continuity");
+        assert_eq!(v.len(), vcpus, "{name}: {c}");
+        let e = &c["host"]["elapsed"];
+        let (lo, hi) = (i(&e["min_ns"]), i(&e["max_ns"]));
+        assert!(lo <= hi, "{name}: {e}");
+        // The delay passed between the readings.
+        assert!(hi as f64 >= delay_ms.unwrap_or(0.0) * 1e6, "{name}: {e}");
+        for (id, x) in v.iter().enumerate() {
+            assert_eq!(x["id"], id, "{name}");
+            let advance = i(&x["advance_ns"]);
+            assert_eq!(
+                i128::from(advance),
+                i128::from(x["kvmclock_after_ns"].as_u64().unwrap_or(0))
+                    - i128::from(x["kvmclock_before_ns"].as_u64().unwrap_or(0)),
+                "{name}: {x}"
+            );
+            assert_eq!(
+                (i(&x["jump_min_ns"]), i(&x["jump_max_ns"])),
+                (advance - hi, advance - lo),
+                "{name}: {x}"
+            );
+            let a = i(&x["allowance_ns"]);
+            let (jlo, jhi) = (i(&x["jump_min_ns"]) - a, i(&x["jump_max_ns"]) + a);
+            let o = &x["outcome"];
+            match o["kind"].as_str().unwrap_or("?") {
+                "continuous" => assert!(jlo <= 0 && 0 <= jhi && advance >= 0, "{name}: {x}"),
+                "backwards" => assert_eq!(i(&o["by_ns"]), -advance, "{name}: {x}"),
+                "jumped" => {
+                    assert_eq!(
+                        (i(&o["min_ns"]), i(&o["max_ns"])),
+                        (jlo, jhi),
+                        "{name}: {x}"
+                    );
+                    assert!(jlo > 0 || jhi < 0, "{name}: {x}");
+                }
+                "undecided" => assert!(o["why"].is_string(), "{name}: {x}"),
+                other => panic!("{name}: {other}"),
+            }
+        }
+        // KVM_SET_CLOCK only ever adds time: the documented method cannot
+        // take a kvmclock backwards.
+        if name == "documented" {
+            assert!(
+                v.iter().all(|x| x["outcome"]["kind"] != "backwards"),
+                "{name}: {c}"
+            );
+        }
+    }
+    let a = &c["after"];
+    let stable = a["flags"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|f| f == "KVM_CLOCK_TSC_STABLE"));
+    if a["kvm_get_clock"].is_object() {
+        assert_eq!(a["tsc_stable"], stable, "{name}: {a}");
+    } else {
+        assert!(a["kvm_get_clock_error"].is_string(), "{name}: {a}");
+    }
+    let pages = a["pages"].as_array().expect("pages");
+    if c["guest_reads_why_not"].is_null() {
+        assert_eq!(pages.len(), vcpus, "{name}: {a}");
+    }
+    for p in pages {
+        assert_eq!(
+            p["tsc_stable_bit"],
+            p["flags"].as_u64().unwrap_or(0) & 1 == 1,
+            "{name}: {p}"
+        );
+    }
+    let bits = pages.iter().all(|p| p["tsc_stable_bit"] == true);
+    let apart = a["agreement"]["apart"].as_u64().unwrap_or(0);
+    match a["master_clock"]["kind"].as_str().unwrap_or("?") {
+        "kept" => assert!(stable && bits && apart == 0, "{name}: {a}"),
+        "off" => assert!(!stable, "{name}: {a}"),
+        "broken" => assert!(stable && apart > 0, "{name}: {a}"),
+        "undecided" => assert!(a["master_clock"]["why"].is_string()),
+        other => panic!("{name}: {other}"),
+    }
+}
+
+/// `--no-chain` skips the second restore: no chain, nothing said after two.
+#[test]
+fn no_chain_skips_the_second_restore() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let out = restore_cmd(
+        &[
+            "--json",
+            "--methods",
+            "msr",
+            "--no-chain",
+            "--delay-ms",
+            "0",
+        ],
+        &[],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = json(&out);
+    validate(&doc);
+    assert_eq!(doc["options"]["chain"], false);
+    let m = method(&doc, "msr");
+    assert!(
+        m["chain"].is_null() && m["keeps"]["after_two"].is_null(),
+        "{m}"
+    );
+    assert!(m["keeps"]["after_one"]["keeps"].is_string(), "{m}");
+}
+
 #[test]
 fn the_readable_report_shows_each_method_and_what_it_did() {
     if !kvm_or_skip() {
@@ -233,6 +428,11 @@ fn the_readable_report_shows_each_method_and_what_it_did() {
         "rel.ofs before",
         "advance - host time",
         "warp test: largest backwards step",
+        "kvmclock across the restore:",
+        "after the guest ran again: KVM_GET_CLOCK flags",
+        "chained restore",
+        "=> keeps ",
+        "after two restores: ",
         "\nSummary\n",
     ] {
         assert!(text.contains(words), "'{words}' missing:\n{text}");
@@ -461,6 +661,7 @@ fn a_failure_in_any_step_frees_both_vms() {
         warp_iterations: 100,
         timeout: Duration::from_secs(60),
         fail_at,
+        chain: true,
     };
     // Warm up: the kick handler, the logger, allocator arenas.
     let (_, e) = measure_method(&opts(None), Method::Msr);
@@ -487,7 +688,14 @@ fn a_failure_in_any_step_frees_both_vms() {
                 run.snapshot.is_some(),
                 "the snapshot preceded every injectable step"
             );
-            assert_eq!(run.after.is_some(), step == Step::Measure, "{step:?}");
+            let restored = matches!(step, Step::Measure | Step::Chain);
+            assert_eq!(run.after.is_some(), restored, "{step:?}");
+            // The chain's second snapshot precedes its injected failure.
+            assert_eq!(
+                run.chain.as_ref().is_some_and(|c| c.snapshot.is_some()),
+                step == Step::Chain,
+                "{step:?}"
+            );
             let now = counts();
             assert_eq!(
                 now,

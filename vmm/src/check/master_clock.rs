@@ -23,6 +23,7 @@ use super::judge::context;
 use super::report::{Finding, Verdict};
 use crate::error::RunError;
 use crate::host::KvmFlavor;
+use crate::session::{both_directions_bound, interval_apart};
 use crate::units::fmt_int as n;
 
 /// Check 9.
@@ -75,24 +76,12 @@ pub struct ClockPair {
 impl ClockPair {
     /// Whether the interval excludes 0: the two kvmclocks differ.
     fn differ(&self) -> bool {
-        self.lower_ns > 0 || self.upper_ns < 0
+        self.apart() > 0
     }
 
     /// How far 0 lies outside the interval (0: inside).
     fn apart(&self) -> u64 {
-        if self.lower_ns > 0 {
-            self.lower_ns.unsigned_abs()
-        } else if self.upper_ns < 0 {
-            self.upper_ns.unsigned_abs()
-        } else {
-            0
-        }
-    }
-
-    /// Half the interval's width (its bound), ns.
-    fn bound(&self) -> u64 {
-        let w = i128::from(self.upper_ns) - i128::from(self.lower_ns);
-        u64::try_from((w.max(0) + 1) / 2).unwrap_or(u64::MAX)
+        interval_apart(self.lower_ns, self.upper_ns)
     }
 }
 
@@ -100,13 +89,12 @@ impl ClockPair {
 /// intersected (the same difference seen both ways).
 fn worst_bound(p: &[ClockPair]) -> u64 {
     p.iter()
-        .map(|x| match p.iter().find(|r| (r.a, r.b) == (x.b, x.a)) {
-            Some(r) => {
-                let lo = i128::from(x.lower_ns).max(-i128::from(r.upper_ns));
-                let hi = i128::from(x.upper_ns).min(-i128::from(r.lower_ns));
-                u64::try_from((hi - lo).max(0).saturating_add(1) / 2).unwrap_or(u64::MAX)
-            }
-            None => x.bound(),
+        .map(|x| {
+            let reverse = p.iter().find(|r| (r.a, r.b) == (x.b, x.a));
+            both_directions_bound(
+                (x.lower_ns, x.upper_ns),
+                reverse.map(|r| (r.lower_ns, r.upper_ns)),
+            )
         })
         .max()
         .unwrap_or(0)

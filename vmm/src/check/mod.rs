@@ -30,6 +30,7 @@ mod measure;
 mod report;
 mod same_start;
 mod save_restore;
+mod save_restore_clock;
 mod skew_threshold;
 pub mod tally;
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! vcpu.rst, "TSC offset"), keeps the guest's TSCs in sync: every relative
 //! offset bit-exact, TSC_ADJUST exact, every guest TSC moved forward by the
 //! host time that passed, and no warp beyond the skew. Measured on VMs of
-//! its own ([`crate::restore::measure_method`]).
+//! its own ([`crate::restore::measure_method`]); its clock part (kvmclock,
+//! the master clock, the chained restore) is [`super::save_restore_clock`].
 
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use super::evidence::{Check, Context, Evidence};
 use super::judge::context;
 use super::lock_order;
 use super::report::{Finding, Verdict};
+use super::save_restore_clock;
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 use crate::restore::{self, Method, MethodOptions, MethodReport, RestoreError, Step, Support};
@@ -54,6 +56,7 @@ impl Check for SaveRestore {
             warp_iterations: ev.options.warp_iterations,
             timeout: ctx.time_left(),
             fail_at: None,
+            chain: true,
         };
         let (run, error) = restore::measure_method(&opts, Method::Documented);
         let report = MethodReport::from_run(&run, &opts);
@@ -101,6 +104,9 @@ fn values(f: Finding, r: &MethodReport) -> Finding {
         .with("clock", &r.clock)
         .with("warp", r.warp)
         .with("vcpus", &r.vcpus)
+        .with("kvmclock", &r.kvmclock)
+        .with("chain", &r.chain)
+        .with("keeps", &r.keeps)
 }
 
 /// Check 7 from the documented method's report. FAIL needs evidence: an
@@ -138,6 +144,8 @@ pub fn judge(r: &MethodReport, vcpus: u32, flavor: KvmFlavor) -> Finding {
     nothing_to_keep(v, &mut open);
     guest_time(r, passed, &mut fails);
     clock_findings(r, &mut fails, &mut open);
+    let clock = save_restore_clock::judge(r.kvmclock.as_ref(), r.chain.as_ref(), r.keeps.as_ref());
+    fails.extend(clock.fails);
     let skew = r.skew_after_cycles.unwrap_or(0);
     let w = lock_order::judge(
         vcpus,
@@ -152,12 +160,16 @@ pub fn judge(r: &MethodReport, vcpus: u32, flavor: KvmFlavor) -> Finding {
     if !fails.is_empty() {
         f.set(
             Verdict::Fail,
-            format!("{}{}", fails.join("; "), context(flavor)),
+            format!("{}{}{}", fails.join("; "), clock.note, context(flavor)),
         );
     } else if !open.is_empty() {
-        f.set(Verdict::Undecided, open.join("; "));
+        f.set(
+            Verdict::Undecided,
+            format!("{}{}", open.join("; "), clock.note),
+        );
     } else {
-        f.set(Verdict::Pass, pass_reason(r, passed, skew, &w));
+        let reason = pass_reason(r, passed, skew, &w);
+        f.set(Verdict::Pass, format!("{reason}{}", clock.note));
     }
     f
 }

@@ -90,6 +90,12 @@ pub struct RestoreArgs {
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub warp_iterations: u64,
 
+    /// Skip the chained restore (by default every method's restored guest
+    /// runs, is snapshotted and restored again, to show what the method
+    /// keeps after two restores: one extra VM per method).
+    #[arg(long)]
+    pub no_chain: bool,
+
     /// Print one JSON document (schema `tsc-rendezvous/restore/v1`,
     /// vmm/schema/restore-v1.json) instead of the readable report.
     #[arg(long)]
@@ -114,6 +120,7 @@ impl RestoreArgs {
                 .timeout
                 .unwrap_or(Duration::from_secs(60) + Duration::from_secs(1) * self.vcpus),
             fail_at,
+            chain: !self.no_chain,
         }
     }
 }

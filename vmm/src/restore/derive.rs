@@ -3,6 +3,9 @@
 //! restore, the clock, the warp test, and what it all means in words
 //! ([`super::words`]).
 
+use super::chain_derive::{self, offsets as offsets_of, spread_of};
+use super::clock_derive::{restore_clock, ClockInputs};
+use super::keeps::relative as rel;
 use super::measure::{MethodRun, Probe, Reads};
 use super::methods::Trace;
 use super::offsets;
@@ -12,7 +15,7 @@ use super::report::{
     WarpReport, SCHEMA,
 };
 use super::words;
-use crate::analysis::{signed_delta, spread};
+use crate::analysis::signed_delta;
 use crate::tsc::TscState;
 
 impl RestoreReport {
@@ -35,6 +38,7 @@ impl RestoreReport {
                 methods: methods.iter().map(|m| m.name()).collect(),
                 warp_iterations: opts.warp_iterations,
                 timeout_secs: opts.timeout.as_secs_f64(),
+                chain: opts.chain,
             },
             methods: Vec::new(),
             incomplete: None,
@@ -44,25 +48,6 @@ impl RestoreReport {
 
 fn adjust(v: u64) -> i64 {
     v as i64
-}
-
-fn rel(values: &[Option<u64>]) -> Vec<Option<i64>> {
-    let base = values.first().copied().flatten();
-    values
-        .iter()
-        .map(|v| Some(signed_delta((*v)?, base?)))
-        .collect()
-}
-
-fn offsets_of(states: Option<&Vec<TscState>>, n: usize) -> Vec<Option<u64>> {
-    (0..n)
-        .map(|i| states.and_then(|s| s.get(i)).and_then(|s| s.offset))
-        .collect()
-}
-
-fn spread_of(values: &[Option<i64>]) -> Option<u64> {
-    let all: Option<Vec<i64>> = values.iter().copied().collect();
-    all.filter(|v| !v.is_empty()).map(spread)
 }
 
 fn host_interval(last: &Reads, first: &Reads, khz: Option<u32>) -> HostInterval {
@@ -124,7 +109,50 @@ impl MethodReport {
         if run.first.is_some() {
             r.time_outcome = Some(words::time(&r));
         }
+        clock_parts(run, &mut r, n);
         r
+    }
+}
+
+/// The clock part: the guests' kvmclock across the restore, the clock
+/// after it, the chained restore and what the method kept.
+fn clock_parts(run: &MethodRun, r: &mut MethodReport, n: usize) {
+    let khz = r.tsc_khz.unwrap_or(0);
+    let measured = run.clock_why_not.is_some() || run.clock_last.is_some();
+    if measured {
+        r.kvmclock = Some(restore_clock(&ClockInputs {
+            why_not: run.clock_why_not.as_deref(),
+            last: run.clock_last.as_ref(),
+            first: run.clock_first.as_ref(),
+            delay_ms: r.delay_ms,
+            khz,
+            trace: run.trace.as_ref(),
+            snapshot_clock: run.snapshot.as_ref().and_then(|s| s.clock.as_ref()),
+            after: run.clock_after.as_ref(),
+            vcpus: n as u32,
+        }));
+    }
+    r.chain = run
+        .chain
+        .as_ref()
+        .map(|c| chain_derive::chain(c, khz, n, run.clock_why_not.as_deref()));
+    if run.after.is_some() {
+        let col = |f: fn(&VcpuReport) -> Option<i64>| -> Vec<Option<i64>> {
+            r.vcpus.iter().map(f).collect()
+        };
+        let saved = col(|v| v.relative_offset_before);
+        let (after, warp) = (
+            col(|v| v.relative_offset_after),
+            col(|v| v.relative_offset_after_warp),
+        );
+        r.keeps = Some(chain_derive::keeps(
+            &saved,
+            [&after, &warp],
+            r.skew_before_cycles,
+            n as u32,
+            r.kvmclock.as_ref(),
+            r.chain.as_ref(),
+        ));
     }
 }
 
@@ -203,6 +231,7 @@ fn vcpu_rows(
             VcpuReport {
                 id: i as u32,
                 pio: info.map(|v| v.pio_state),
+                kvmclock_msr: info.and_then(|v| v.kvmclock_msr),
                 rip: info.map(|v| v.pio),
                 offset_initial: initial[i],
                 offset_before: before[i],

@@ -49,6 +49,14 @@ pub enum RestoreError {
         #[source]
         error: TscError,
     },
+    /// restoring vCPU {vcpu}'s MSR_KVM_SYSTEM_TIME_NEW (its kvmclock page): {error}
+    Kvmclock {
+        /// The vCPU.
+        vcpu: u32,
+        /// The error.
+        #[source]
+        error: TscError,
+    },
     /// {0} failed: {1}
     Kvm(&'static str, #[source] kvm_ioctls::Error),
     /// {0}

@@ -1,105 +1,105 @@
-//! One method's measurement, from the source VM to the restored guest's
-//! warp test, and the whole `restore` run over the methods asked for.
+//! One method's measurement: the source VM and its rendezvous, the guests'
+//! last TSC and kvmclock reads, a snapshot, the restore into a fresh VM
+//! (by the method), the restored guest's first reads, its warp test and
+//! its clock once it ran again, and the chained restore (the restored guest
+//! snapshotted and restored again); and the probe VM of a `restore` run.
+//! Everything here drives a session; what it records is [`MethodRun`].
 //!
-//! Everything measured is kept as it comes in ([`MethodRun`]), so a failure
-//! or a stop request in any step leaves what the steps before it measured.
-//! Both VMs are freed on every path: the source when its [`Session`] is
-//! dropped (its vCPU threads joined first), the destination likewise, or,
-//! before its threads start, with its [`Vm`].
+//! Every VM is freed on every path: the source when its [`Session`] is
+//! dropped (its vCPU threads joined first), a destination likewise, or,
+//! before its threads start, with its `Vm`.
 
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use tsc_contract::RoundRecord;
+use tsc_contract::{RoundRecord, MSR_KVM_SYSTEM_TIME_NEW};
 
 use super::error::RestoreError;
 use super::methods::{self, Support, Trace};
 use super::options::{Method, MethodOptions, Step};
-use super::snapshot::{byte, get_clock, Snapshot, SnapshotInfo};
+pub use super::reads::Reads;
+use super::reads::{ClockAfter, ClockReads, CLOCK_EXCHANGES};
+pub use super::record::{ChainRun, Failed, MethodRun};
+use super::snapshot::{byte, get_clock, Snapshot};
 use crate::error::RunError;
 use crate::host::HostInfo;
-use crate::session::{Session, WarpSeen};
+use crate::session::Session;
 use crate::stop;
 use crate::stop::Signal;
-use crate::tsc::{debugfs, host_rdtsc, OffsetReader, OffsetSource, TscState};
+use crate::tsc::{self, debugfs, host_rdtsc, OffsetReader, MSR_IA32_TSC_ADJUST};
 use crate::vstate::vcpu::state::restore_vcpu;
 use crate::vstate::vm::{self, Vm, VmSpec};
 use crate::vstate::PioState;
 use vm_memory::{Bytes, GuestAddress};
 
-/// Every guest's TSC read once (Op::Rdtsc), between two host TSC reads.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Reads {
-    /// What each vCPU read, index = vCPU.
-    pub tsc: Vec<u64>,
-    /// Host TSC just before the vCPUs were resumed for the read.
-    pub host_before: u64,
-    /// Host TSC just after every vCPU had reported it.
-    pub host_after: u64,
-}
-
-/// A failure, and the step it happened in.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Failed {
-    /// The step.
-    pub step: Step,
-    /// The error, as printed.
-    pub error: String,
-}
-
-/// What one method's measurement saw, each part filled in when measured.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MethodRun {
-    /// The method.
-    pub method: Method,
-    /// Where the exact offsets came from (the source VM's readback).
-    pub offset_source: Option<OffsetSource>,
-    /// Every source vCPU's TSC state when the guest first parked.
-    pub initial: Option<Vec<TscState>>,
-    /// The guests' last TSC reads before the snapshot.
-    pub last: Option<Reads>,
-    /// The snapshot (the TSC state saved, the pending I/O, the clock).
-    pub snapshot: Option<SnapshotInfo>,
-    /// From destroying the source VM to creating the destination.
-    pub delay: Option<Duration>,
-    /// Every destination vCPU's offset at its creation (before the method).
-    pub created: Option<Vec<Option<u64>>>,
-    /// What the method wrote.
-    pub trace: Option<Trace>,
-    /// Every destination vCPU's TSC state after the method, before the
-    /// guest ran.
-    pub after: Option<Vec<TscState>>,
-    /// The guests' first TSC reads after the restore.
-    pub first: Option<Reads>,
-    /// The warp test after the restore.
-    pub warp: Option<Vec<WarpSeen>>,
-    /// Every vCPU's TSC state after the warp test.
-    pub after_warp: Option<Vec<TscState>>,
-    /// Why it ended early.
-    pub failed: Option<Failed>,
-}
-
-impl MethodRun {
-    /// Nothing measured yet.
-    pub fn new(method: Method) -> MethodRun {
-        MethodRun {
-            method,
-            offset_source: None,
-            initial: None,
-            last: None,
-            snapshot: None,
-            delay: None,
-            created: None,
-            trace: None,
-            after: None,
-            first: None,
-            warp: None,
-            after_warp: None,
-            failed: None,
-        }
+/// Why the guests cannot read their kvmclock here, if they cannot.
+fn why_no_reads(s: &Session) -> Option<String> {
+    if !s.kvmclock() {
+        Some(
+            "no kvmclock: KVM does not offer it to this guest (CPUID lacks \
+             KVM_FEATURE_CLOCKSOURCE2)"
+                .into(),
+        )
+    } else if !s.guest_tsc_adjust() {
+        Some(
+            "the guest has no IA32_TSC_ADJUST, whose write of +0 is the guest's read of \
+             kvmclock that moves no TSC"
+                .into(),
+        )
+    } else {
+        None
     }
 }
 
+/// Every guest reads its kvmclock now (how: [`super::reads`]).
+fn guest_reads(s: &mut Session) -> Result<ClockReads, RunError> {
+    let host_before = host_rdtsc();
+    let records = s.clock_write_all(MSR_IA32_TSC_ADJUST, 0)?;
+    let host_after = host_rdtsc();
+    Ok(ClockReads {
+        records,
+        host_before,
+        host_after,
+        kvm: s.clock(),
+    })
+}
+
+/// KVM_GET_CLOCK, the pages and the kvmclock hand-off test now.
+fn clock_after(s: &mut Session) -> Result<ClockAfter, RunError> {
+    let handoff = if s.kvmclock() && s.vcpus() >= 2 {
+        Some(s.kvmclock_handoff(CLOCK_EXCHANGES, true)?)
+    } else {
+        None
+    };
+    let states = s.readback()?;
+    let pages = if s.kvmclock() {
+        s.pvclock_pages()?
+    } else {
+        Vec::new()
+    };
+    Ok(ClockAfter {
+        clock: s.clock(),
+        pages,
+        handoff,
+        states,
+    })
+}
+
+/// Every (parked) vCPU's MSR_KVM_SYSTEM_TIME_NEW, for a snapshot (`None`
+/// per vCPU without kvmclock): KVM keeps a vCPU's kvmclock page only while
+/// that MSR is set, so a restore must write it back.
+fn save_msrs(s: &mut Session) -> Result<Vec<Option<u64>>, RunError> {
+    (0..s.vcpus())
+        .map(|v| {
+            if s.kvmclock() {
+                s.host_get_msr(v, MSR_KVM_SYSTEM_TIME_NEW).map(Some)
+            } else {
+                Ok(None)
+            }
+        })
+        .collect()
+}
+/// Every guest reads its TSC, between two host TSC reads.
 fn timed_reads(s: &mut Session) -> Result<Reads, RunError> {
     let host_before = host_rdtsc();
     let tsc = s.guest_rdtsc_all()?;
@@ -143,6 +143,7 @@ fn offsets_now(vm: &Vm) -> Vec<Option<u64>> {
 /// would report its last command again).
 fn take_snapshot(s: &mut Session) -> Result<Snapshot, RestoreError> {
     let saved = s.save_vcpus()?;
+    let kvmclock_msrs = save_msrs(s)?;
     let mut vcpus = Vec::with_capacity(saved.len());
     for (i, r) in saved.into_iter().enumerate() {
         let vcpu = i as u32;
@@ -172,11 +173,105 @@ fn take_snapshot(s: &mut Session) -> Result<Snapshot, RestoreError> {
         mem,
         clock,
         next_command: s.next_command(),
+        kvmclock_msrs,
     })
 }
 
+/// Where one restore keeps what it measured before the guest resumes.
+struct Slots<'a> {
+    /// From destroying the source VM to creating the destination.
+    delay: &'a mut Option<Duration>,
+    /// Every destination vCPU's offset at its creation.
+    created: &'a mut Option<Vec<Option<u64>>>,
+    /// What the method wrote.
+    trace: &'a mut Option<Trace>,
+}
+
+/// Which step a restore is in, and the test-only failure injection: the
+/// first restore tracks its steps; the chained one runs in step `chain`
+/// throughout and injects nothing.
+struct Progress<'a> {
+    /// The step to keep up to date (`None`: do not track).
+    step: Option<&'a mut Step>,
+    /// Fail on purpose in this step.
+    fail_at: Option<Step>,
+}
+
+impl Progress<'_> {
+    fn enter(&mut self, s: Step) {
+        if let Some(step) = self.step.as_deref_mut() {
+            *step = s;
+        }
+    }
+
+    fn inject(&self, s: Step) -> Result<(), RestoreError> {
+        match self.fail_at {
+            Some(f) if f == s && self.step.is_some() => Err(RestoreError::Injected(s)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Destroys `src`, waits `opts.delay`, creates a fresh VM, restores `snap`
+/// into it (memory, registers, every vCPU's MSR_KVM_SYSTEM_TIME_NEW, the
+/// TSC state by `method`) and starts its session without running the guest.
+fn restore_into(
+    src: Session,
+    snap: &Snapshot,
+    method: Method,
+    opts: &MethodOptions,
+    slots: Slots<'_>,
+    progress: &mut Progress<'_>,
+) -> Result<Session, RestoreError> {
+    progress.enter(Step::Create);
+    drop(src);
+    let destroyed = Instant::now();
+    log::info!(
+        "restore ({}): source VM destroyed; waiting {} ms",
+        method.name(),
+        opts.delay.as_millis()
+    );
+    wait(opts.delay)?;
+    progress.inject(Step::Create)?;
+    let machine = Vm::new(vm::open_kvm()?, &VmSpec::command_mode(opts.vcpus))?;
+    *slots.delay = Some(destroyed.elapsed());
+    *slots.created = Some(offsets_now(&machine));
+
+    progress.enter(Step::Memory);
+    progress.inject(Step::Memory)?;
+    snap.restore_memory(&machine.mem)
+        .map_err(|e| RestoreError::Memory(e.0))?;
+
+    progress.enter(Step::Registers);
+    progress.inject(Step::Registers)?;
+    for (i, (fd, v)) in machine.vcpus.iter().zip(&snap.vcpus).enumerate() {
+        let vcpu = i as u32;
+        restore_vcpu(fd, v).map_err(|error| RestoreError::Vcpu { vcpu, error })?;
+    }
+    for (i, (fd, msr)) in machine.vcpus.iter().zip(&snap.kvmclock_msrs).enumerate() {
+        if let Some(value) = *msr {
+            tsc::set_msr(fd, MSR_KVM_SYSTEM_TIME_NEW, value).map_err(|error| {
+                RestoreError::Kvmclock {
+                    vcpu: i as u32,
+                    error,
+                }
+            })?;
+        }
+    }
+
+    progress.enter(Step::Tsc);
+    methods::apply(method, &machine, snap, slots.trace, &mut || {
+        progress.inject(Step::Tsc)
+    })?;
+
+    progress.enter(Step::Resume);
+    let dst = Session::restored(machine, opts.timeout, snap.next_command)?;
+    progress.inject(Step::Resume)?;
+    Ok(dst)
+}
 /// Measures `method` once: source VM, rendezvous, last reads, snapshot,
-/// destroy, delay, destination VM, restore, first reads, warp test.
+/// destroy, delay, destination VM, restore, first reads, warp test, the
+/// clock after it and, when asked, the chained restore.
 /// Returns what was measured and, if it ended early, why.
 pub fn measure_method(opts: &MethodOptions, method: Method) -> (MethodRun, Option<RestoreError>) {
     let mut run = MethodRun::new(method);
@@ -205,54 +300,112 @@ fn steps(opts: &MethodOptions, run: &mut MethodRun, step: &mut Step) -> Result<(
     let mut records: Vec<RoundRecord> = Vec::with_capacity(opts.vcpus as usize);
     src.rendezvous(opts.variant, 0, &mut records)?;
     run.last = Some(timed_reads(&mut src)?);
+    run.clock_why_not = why_no_reads(&src);
+    let reads = run.clock_why_not.is_none();
+    if reads {
+        run.clock_last = Some(guest_reads(&mut src)?);
+    }
 
     *step = Step::Snapshot;
     let snap = take_snapshot(&mut src)?;
     run.snapshot = Some(snap.info());
     inject(Step::Snapshot)?;
 
-    *step = Step::Create;
-    drop(src);
-    let destroyed = Instant::now();
-    log::info!(
-        "restore ({}): source VM destroyed; waiting {} ms",
-        run.method.name(),
-        opts.delay.as_millis()
-    );
-    wait(opts.delay)?;
-    inject(Step::Create)?;
-    let machine = Vm::new(vm::open_kvm()?, &VmSpec::command_mode(opts.vcpus))?;
-    run.delay = Some(destroyed.elapsed());
-    run.created = Some(offsets_now(&machine));
-
-    *step = Step::Memory;
-    inject(Step::Memory)?;
-    snap.restore_memory(&machine.mem)
-        .map_err(|e| RestoreError::Memory(e.0))?;
-
-    *step = Step::Registers;
-    inject(Step::Registers)?;
-    for (i, (fd, v)) in machine.vcpus.iter().zip(&snap.vcpus).enumerate() {
-        let vcpu = i as u32;
-        restore_vcpu(fd, v).map_err(|error| RestoreError::Vcpu { vcpu, error })?;
-    }
-
-    *step = Step::Tsc;
-    methods::apply(run.method, &machine, &snap, &mut run.trace, &mut || {
-        inject(Step::Tsc)
-    })?;
-
-    *step = Step::Resume;
-    let mut dst = Session::restored(machine, opts.timeout, snap.next_command)?;
-    inject(Step::Resume)?;
+    let slots = Slots {
+        delay: &mut run.delay,
+        created: &mut run.created,
+        trace: &mut run.trace,
+    };
+    let mut progress = Progress {
+        step: Some(&mut *step),
+        fail_at: opts.fail_at,
+    };
+    let mut dst = restore_into(src, &snap, run.method, opts, slots, &mut progress)?;
     run.after = Some(dst.readback()?);
+    if reads {
+        run.clock_first = Some(guest_reads(&mut dst)?);
+    }
     run.first = Some(timed_reads(&mut dst)?);
 
     *step = Step::Measure;
     inject(Step::Measure)?;
     run.warp = Some(dst.warp(opts.warp_iterations)?);
     run.after_warp = Some(dst.readback()?);
+    run.clock_after = Some(clock_after(&mut dst)?);
+
+    if opts.chain {
+        *step = Step::Chain;
+        let out = run.chain.insert(ChainRun::default());
+        chain(opts, run.method, dst, reads, out)?;
+    }
     Ok(())
+}
+
+/// Snapshots `s` (the first restore's session, its guest parked) and
+/// restores it again by `method`, filling `out` as it goes; `reads`: the
+/// guests can read their kvmclock. The test-only failure injection of step
+/// `chain` fails it after the second snapshot.
+fn chain(
+    opts: &MethodOptions,
+    method: Method,
+    mut s: Session,
+    reads: bool,
+    out: &mut ChainRun,
+) -> Result<(), RestoreError> {
+    out.last = Some(timed_reads(&mut s)?);
+    if reads {
+        out.clock_last = Some(guest_reads(&mut s)?);
+    }
+    let snap = take_snapshot(&mut s)?;
+    out.snapshot = Some(snap.info());
+    if opts.fail_at == Some(Step::Chain) {
+        return Err(RestoreError::Injected(Step::Chain));
+    }
+    if let Some(why) = not_again(method, &snap) {
+        out.not_possible = Some(why);
+        return Ok(());
+    }
+    let slots = Slots {
+        delay: &mut out.delay,
+        created: &mut out.created,
+        trace: &mut out.trace,
+    };
+    let mut progress = Progress {
+        step: None,
+        fail_at: None,
+    };
+    let mut dst = restore_into(s, &snap, method, opts, slots, &mut progress)?;
+    out.after = Some(dst.readback()?);
+    if reads {
+        out.clock_first = Some(guest_reads(&mut dst)?);
+    }
+    out.first = Some(timed_reads(&mut dst)?);
+    out.clock_after = Some(clock_after(&mut dst)?);
+    Ok(())
+}
+/// Why `method` cannot restore `snap` (a restored VM's snapshot), if it
+/// cannot: the documented method needs KVM_GET_CLOCK's real time and host
+/// TSC, which KVM reports only while the master clock is on.
+fn not_again(method: Method, snap: &Snapshot) -> Option<String> {
+    if method != Method::Documented {
+        return None;
+    }
+    match &snap.clock {
+        Ok(c) => {
+            let missing = super::offsets::missing_flags(c.flags);
+            (!missing.is_empty()).then(|| {
+                format!(
+                    "KVM_GET_CLOCK on the restored VM returned flags {:#x}, without {}: KVM \
+                     reports real time and the host TSC only while the master clock is on (and \
+                     the host clocksource is the TSC), so the documented method cannot restore \
+                     the VM it restored",
+                    c.flags,
+                    missing.join(" and ")
+                )
+            })
+        }
+        Err(e) => Some(format!("KVM_GET_CLOCK of the restored VM: {e}")),
+    }
 }
 
 /// What a 1-vCPU probe VM says about the host and the methods.

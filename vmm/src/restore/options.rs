@@ -75,13 +75,17 @@ pub enum Step {
     Tsc,
     /// Starting the destination's vCPU threads and resuming the guest.
     Resume,
-    /// The first guest reads, the warp test and the readbacks.
+    /// The first guest reads, the warp test, the readbacks and the clock
+    /// after the guest ran again.
     Measure,
+    /// The chained restore: the restored guest runs, is snapshotted and
+    /// restored again by the same method.
+    Chain,
 }
 
 impl Step {
     /// Every step, in order.
-    pub const ALL: [Step; 8] = [
+    pub const ALL: [Step; 9] = [
         Step::Source,
         Step::Snapshot,
         Step::Create,
@@ -90,6 +94,7 @@ impl Step {
         Step::Tsc,
         Step::Resume,
         Step::Measure,
+        Step::Chain,
     ];
 
     /// Its name (as in [`FAIL_ENV`]).
@@ -103,6 +108,7 @@ impl Step {
             Step::Tsc => "tsc",
             Step::Resume => "resume",
             Step::Measure => "measure",
+            Step::Chain => "chain",
         }
     }
 
@@ -117,6 +123,7 @@ impl Step {
             Step::Tsc => "restoring the TSC state",
             Step::Resume => "resuming the restored guest",
             Step::Measure => "measuring the restored guest",
+            Step::Chain => "the chained restore (run, snapshot and restore again)",
         }
     }
 
@@ -132,11 +139,12 @@ impl Step {
 /// destination exists), `memory`, `registers`, `tsc` (after vCPU 0's TSC
 /// state was restored, before the others'), `resume` (after the
 /// destination's vCPU threads started, before the guest runs), `measure`
-/// (after the guest's first reads).
+/// (after the guest's first reads), `chain` (after the second snapshot,
+/// before the second restore).
 pub const FAIL_ENV: &str = "TSC_RENDEZVOUS_TEST_RESTORE_FAIL";
 
 /// The steps [`FAIL_ENV`] accepts.
-pub const INJECTABLE: [Step; 7] = [
+pub const INJECTABLE: [Step; 8] = [
     Step::Snapshot,
     Step::Create,
     Step::Memory,
@@ -144,6 +152,7 @@ pub const INJECTABLE: [Step; 7] = [
     Step::Tsc,
     Step::Resume,
     Step::Measure,
+    Step::Chain,
 ];
 
 /// The step [`FAIL_ENV`] names, if it is set.
@@ -179,6 +188,9 @@ pub struct MethodOptions {
     pub timeout: Duration,
     /// Test-only: fail on purpose in this step.
     pub fail_at: Option<Step>,
+    /// Whether to chain a second restore: the restored guest runs, is
+    /// snapshotted and restored again by the same method.
+    pub chain: bool,
 }
 
 /// The longest `--delay-ms`: a minute, far beyond KVM's one-second matching

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::clock_report::{ChainReport, Keeps, RestoreClock};
 use super::methods::{Support, Trace};
 use super::offsets::ClockSample;
 use super::options::Method;
@@ -59,6 +60,8 @@ pub struct OptionsReport {
     pub warp_iterations: u64,
     /// Deadline of each VM's session, s.
     pub timeout_secs: f64,
+    /// Whether each method's restored guest was restored again.
+    pub chain: bool,
 }
 
 /// An interval of host time, cycles and ns.
@@ -102,6 +105,9 @@ pub struct VcpuReport {
     pub id: u32,
     /// How its pending port I/O ended at the snapshot.
     pub pio: Option<PioState>,
+    /// Its MSR_KVM_SYSTEM_TIME_NEW saved and written back (`None` without
+    /// kvmclock).
+    pub kvmclock_msr: Option<u64>,
     /// RIP around the completing KVM_RUN.
     pub rip: Option<PioCompletion>,
     /// Offset when the source guest first parked.
@@ -233,6 +239,14 @@ pub struct MethodReport {
     pub trace: Option<Trace>,
     /// The raw warp results per vCPU.
     pub warp_seen: Option<Vec<WarpSeen>>,
+    /// The guests' kvmclock across the restore and the clock once the
+    /// restored guest ran again.
+    pub kvmclock: Option<RestoreClock>,
+    /// The chained restore (restore, run, snapshot, restore again).
+    pub chain: Option<ChainReport>,
+    /// Which property the method kept after one and after two restores:
+    /// the exact skew, the master clock, both or neither.
+    pub keeps: Option<Keeps>,
 }
 
 impl MethodReport {
@@ -260,6 +274,9 @@ impl MethodReport {
             time_outcome: None,
             trace: None,
             warp_seen: None,
+            kvmclock: None,
+            chain: None,
+            keeps: None,
         }
     }
 }

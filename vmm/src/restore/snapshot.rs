@@ -5,7 +5,9 @@
 //! special registers, FPU state, pending events (exceptions, NMI, interrupt
 //! shadow), debug registers and TSC state (IA32_TSC_ADJUST, IA32_TSC
 //! between two host TSC reads, the exact offset, KVM_GET_TSC_KHZ); for the
-//! VM, KVM_GET_CLOCK between two host TSC reads. There is no in-kernel
+//! VM, KVM_GET_CLOCK between two host TSC reads; and every vCPU's
+//! MSR_KVM_SYSTEM_TIME_NEW, without which the restored vCPUs' kvmclock pages
+//! would never be written again. There is no in-kernel
 //! irqchip, so no LAPIC, IOAPIC or PIT state; the CPUID is the one every VM
 //! of this tool gets.
 //!
@@ -32,6 +34,8 @@ pub struct Snapshot {
     pub clock: Result<ClockSample, String>,
     /// The number of the command the guest will report done next.
     pub next_command: u32,
+    /// Every vCPU's MSR_KVM_SYSTEM_TIME_NEW (`None` without kvmclock).
+    pub kvmclock_msrs: Vec<Option<u64>>,
 }
 
 /// What a report keeps of one vCPU's snapshot.
@@ -43,6 +47,9 @@ pub struct VcpuSaved {
     pub pio: PioCompletion,
     /// How the pending I/O ended.
     pub pio_state: PioState,
+    /// Its MSR_KVM_SYSTEM_TIME_NEW (its kvmclock page's address, bit 0 =
+    /// enabled), written back by the restore; `None` without kvmclock.
+    pub kvmclock_msr: Option<u64>,
 }
 
 /// What a report keeps of a snapshot (not the memory and registers).
@@ -67,10 +74,12 @@ impl Snapshot {
             vcpus: self
                 .vcpus
                 .iter()
-                .map(|v| VcpuSaved {
+                .enumerate()
+                .map(|(i, v)| VcpuSaved {
                     tsc: v.tsc,
                     pio: v.pio,
                     pio_state: v.pio.state(|a| byte(&self.mem, a)),
+                    kvmclock_msr: self.kvmclock_msrs.get(i).copied().flatten(),
                 })
                 .collect(),
             clock: self.clock.as_ref().ok().copied(),

@@ -35,6 +35,7 @@ pub fn options() -> MethodOptions {
         warp_iterations: 1_000,
         timeout: Duration::from_secs(10),
         fail_at: None,
+        chain: true,
     }
 }
 
@@ -85,6 +86,7 @@ pub fn honoured(shift: i64) -> MethodRun {
             rip_after: 0x1001,
         },
         pio_state: PioState::Completed,
+        kvmclock_msr: Some(tsc_contract::layout::pvclock(i as u32) | 1),
     };
     let reads = |host: u64, offsets: &[u64]| Reads {
         tsc: offsets
@@ -129,12 +131,18 @@ pub fn honoured(shift: i64) -> MethodRun {
     run.first = Some(reads(201_000_000, &after));
     run.warp = Some(vec![warp, warp]);
     run.after_warp = run.after.clone();
+    super::testdata_clock::add(&mut run);
     run
 }
 
-/// The report of `run`.
+/// The report of `run`, its chained restore (if any) made to repeat its
+/// first restore as the test left it.
 pub fn report(run: &MethodRun) -> MethodReport {
-    MethodReport::from_run(run, &options())
+    let mut run = run.clone();
+    if run.chain.is_some() {
+        super::testdata_clock::chain(&mut run);
+    }
+    MethodReport::from_run(&run, &options())
 }
 
 /// Sets vCPU `i`'s offset after the restore (and after the warp test) and

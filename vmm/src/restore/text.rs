@@ -1,7 +1,8 @@
-//! The readable `restore` report.
+//! The readable `restore` report (its clock part in [`super::clock_text`]).
 
 use std::fmt::Write as _;
 
+use super::clock_text;
 use super::report::{MethodReport, RestoreReport};
 use crate::units::fmt_num;
 use crate::vstate::PioState;
@@ -52,7 +53,10 @@ pub fn render_text(r: &RestoreReport) -> String {
             (None, None, Some(e)) => format!("failed: {e}"),
             (None, None, None) => "not measured".into(),
         };
-        let _ = writeln!(out, "  {:<11} {what}", m.method);
+        let keeps = m.keeps.as_ref().map_or_else(String::new, |k| {
+            format!(" [{}]", clock_text::keeps_summary(k))
+        });
+        let _ = writeln!(out, "  {:<11} {what}{keeps}", m.method);
     }
     if let Some(why) = &r.incomplete {
         let _ = writeln!(out, "\nINCOMPLETE: {why}");
@@ -159,6 +163,15 @@ fn method(out: &mut String, m: &MethodReport) {
             opt(w.shortest_handoff_cycles),
             w.iterations_per_vcpu
         );
+    }
+    if let Some(c) = &m.kvmclock {
+        clock_text::restore_clock(out, "across the restore", c);
+    }
+    if let Some(c) = &m.chain {
+        clock_text::chain(out, c);
+    }
+    if let Some(k) = &m.keeps {
+        clock_text::keeps(out, k);
     }
     if let (Some(step), Some(e)) = (m.failed_step, &m.error) {
         let _ = writeln!(out, "  FAILED in step '{step}': {e}");

@@ -17,7 +17,7 @@ use crate::vstate::vcpu::Command;
 use crate::vstate::vm::{self, Vm, VmSpec};
 use crate::vstate::{memory, Saved, VcpuPool};
 
-pub use seen::{Handoff, WarpSeen};
+pub use seen::{both_directions_bound, interval_apart, Agreement, Handoff, WarpSeen};
 
 /// A running command-mode VM. Dropping it stops every vCPU.
 pub struct Session {

@@ -29,3 +29,122 @@ pub struct Handoff {
     /// Every pair's result, in the test's pair order.
     pub pairs: Vec<HandoffResult>,
 }
+
+/// How far 0 lies outside `[lower, upper]` (0: inside): how far apart a
+/// pair's readings are beyond the bound of its exchanges.
+pub fn interval_apart(lower: i64, upper: i64) -> u64 {
+    if lower > 0 {
+        lower.unsigned_abs()
+    } else if upper < 0 {
+        upper.unsigned_abs()
+    } else {
+        0
+    }
+}
+
+/// The bound (half the width, rounded up) of an ordered pair's interval
+/// `x`, intersected with its reverse pair's interval `reverse` negated when
+/// there is one (the same difference seen the other way); 0 when empty.
+pub fn both_directions_bound(x: (i64, i64), reverse: Option<(i64, i64)>) -> u64 {
+    let (mut lo, mut hi) = (i128::from(x.0), i128::from(x.1));
+    if let Some((r_lo, r_hi)) = reverse {
+        lo = lo.max(-i128::from(r_hi));
+        hi = hi.min(-i128::from(r_lo));
+    }
+    u64::try_from((hi - lo).max(0).saturating_add(1) / 2).unwrap_or(u64::MAX)
+}
+
+/// What a forced hand-off test says of whether the vCPUs' readings agree:
+/// the ordered pair whose interval lies furthest from 0 and the widest bound
+/// over the pairs (each with its reverse).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Agreement {
+    /// The pairs measured.
+    pub pairs: usize,
+    /// The pair (initiator, responder) whose interval lies furthest from 0,
+    /// when one excludes 0.
+    pub worst_pair: Option<(u32, u32)>,
+    /// How far 0 lies outside that pair's interval (0: every interval holds
+    /// 0, the readings agree within the bounds).
+    pub apart: u64,
+    /// That pair's interval of the responder's reading minus the
+    /// initiator's.
+    pub worst_interval: Option<(i64, i64)>,
+    /// The widest bound over the pairs, both directions intersected.
+    pub bound: u64,
+}
+
+impl Agreement {
+    /// Whether some pair's readings differ beyond its bound.
+    pub fn differ(&self) -> bool {
+        self.apart > 0
+    }
+}
+
+impl Handoff {
+    /// Whether the pairs' readings agree, and within what bound.
+    pub fn agreement(&self) -> Agreement {
+        let interval = |a: u32, b: u32| {
+            self.pairs
+                .iter()
+                .find(|r| (r.a, r.b) == (a, b))
+                .map(|r| (r.lower, r.upper))
+        };
+        let mut out = Agreement {
+            pairs: self.pairs.len(),
+            ..Agreement::default()
+        };
+        for p in &self.pairs {
+            let apart = interval_apart(p.lower, p.upper);
+            if apart > out.apart {
+                out.apart = apart;
+                out.worst_pair = Some((p.a, p.b));
+                out.worst_interval = Some((p.lower, p.upper));
+            }
+            let bound = both_directions_bound((p.lower, p.upper), interval(p.b, p.a));
+            out.bound = out.bound.max(bound);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tsc_contract::HandoffResult;
+
+    fn pair(a: u32, b: u32, lower: i64, upper: i64) -> HandoffResult {
+        HandoffResult {
+            a,
+            b,
+            lower,
+            upper,
+            ..HandoffResult::default()
+        }
+    }
+
+    #[test]
+    fn agreement_finds_the_pair_furthest_apart_and_the_widest_bound() {
+        let h = Handoff {
+            exchanges: 10,
+            all_pairs: true,
+            pairs: vec![pair(0, 1, -50, 30), pair(1, 0, -20, 40)],
+        };
+        let a = h.agreement();
+        assert!(!a.differ(), "{a:?}");
+        // 0->1 is [-50, 30]; 1->0 negated is [-40, 20]: together [-40, 20].
+        assert_eq!(a.bound, 30);
+        let h = Handoff {
+            pairs: vec![pair(0, 1, 100, 300), pair(1, 0, -250, -120)],
+            ..h
+        };
+        let a = h.agreement();
+        assert_eq!(a.worst_pair, Some((1, 0)), "{a:?}");
+        assert_eq!((a.apart, a.worst_interval), (120, Some((-250, -120))));
+        assert_eq!(interval_apart(5, 9), 5);
+        assert_eq!(interval_apart(-9, -5), 5);
+        assert_eq!(interval_apart(-1, 1), 0);
+        assert_eq!(both_directions_bound((0, 10), None), 5);
+        assert_eq!(both_directions_bound((0, 10), Some((20, 30))), 0, "empty");
+    }
+}
