@@ -3,10 +3,12 @@
 //! hypervisor of this tool is involved: it measures what the algorithms cost
 //! on this CPU's caches and interconnect, the seed's metric natively.
 //!
-//! - One thread per "vCPU" ([`threads`]), started once per run and pinned to
-//!   its own host CPU where there are enough ([`affinity`]); with more
-//!   threads than CPUs they are not pinned and yield in every spin (and a
-//!   note and a warning on stderr say so).
+//! - One thread per "vCPU" ([`threads`]), started once per run, pinned to
+//!   its own host CPU where there are enough ([`affinity`]); thread 0 is the
+//!   coordinator itself (the thread that drives the rounds), so no extra
+//!   thread competes for a CPU. Hand-offs are spin waits, no system call
+//!   per round. With more threads than CPUs they are not pinned and yield
+//!   in every spin (and a note and a warning on stderr say so).
 //! - Each thread is the CPU the algorithms run on ([`cpu`]): real
 //!   `lfence; rdtsc`, `pause` and `prefetcht0`, and a TSC that is its CPU's
 //!   plus a per-thread offset. A TSC write sets the offset (the hardware TSC
@@ -14,10 +16,11 @@
 //!   TSC_ADJUST write moves the offset by the change: as KVM does for a guest.
 //! - Every round runs every thread on a fresh shared state ([`shared`]) and
 //!   writes the record the guest would write ([`round`]). With every thread
-//!   parked, the coordinator then reads each thread's TSC state back: the
-//!   exact offset, the simulated TSC_ADJUST, and the thread's TSC read on its
-//!   own CPU between two reads of the coordinator's TSC (method (c)'s
-//!   bracket), at the host TSC frequency measured once against
+//!   done with the round, the coordinator then reads each thread's TSC
+//!   state back: the exact offset, the simulated TSC_ADJUST, and the
+//!   thread's TSC read on its own CPU between two reads of the
+//!   coordinator's TSC (method (c)'s bracket; thread 0's on its own CPU),
+//!   at the host TSC frequency measured once against
 //!   CLOCK_MONOTONIC ([`clock`]). The round driver ([`crate::run`]) treats
 //!   them exactly as KVM's, Linux's results go through the KVM path's own
 //!   decoder: reports, JSON and CSV treat both backends alike.
