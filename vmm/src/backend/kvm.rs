@@ -78,9 +78,9 @@ impl Backend for KvmBackend {
         if linux {
             memory::clear_sync_results(self.pool.mem(), self.pool.vcpus())?;
         }
-        self.pool.run_round(round)?;
-        // Every vCPU is parked outside KVM_RUN now: read them all back.
-        self.pool.readback_into(round, &mut data.after)?;
+        // Every vCPU reads itself back right after its round, parked
+        // outside KVM_RUN with its round done.
+        self.pool.run_round_readback(round, &mut data.after)?;
         let (mem, vcpus) = (self.pool.mem(), self.pool.vcpus());
         memory::read_records(mem, vcpus, &mut data.records)
             .map_err(|vcpu| RunError::UnreadableRecord { vcpu, round })?;

@@ -15,7 +15,8 @@
 //!   is never written) and adds its delta to a simulated TSC_ADJUST; a
 //!   TSC_ADJUST write moves the offset by the change: as KVM does for a guest.
 //! - Every round runs every thread on a fresh shared state ([`shared`]) and
-//!   writes the record the guest would write ([`round`]). With every thread
+//!   writes the record the guest would write ([`round`]; Linux's results
+//!   as the guest lays them out: [`staging`]). With every thread
 //!   done with the round, the coordinator then reads each thread's TSC
 //!   state back: the exact offset, the simulated TSC_ADJUST, and the
 //!   thread's TSC read on its own CPU between two reads of the
@@ -34,7 +35,9 @@ pub mod clock;
 pub mod cpu;
 pub mod round;
 pub mod shared;
+pub mod staging;
 pub mod threads;
+pub mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -48,7 +51,7 @@ use crate::host::{has_cpu_flag, HostInfo, HostThreads};
 use crate::options::{RunOptions, Windows};
 use crate::tsc::TscState;
 
-use round::SyncStaging;
+use staging::SyncStaging;
 use threads::{Setup, Workers};
 
 /// A run's host threads and what the rounds need of them.

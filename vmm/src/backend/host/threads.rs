@@ -10,7 +10,7 @@
 //! round of N, and no thread competes with them for a CPU while it runs.
 //!
 //! The coordinator hands threads 1..N one job at a time through the
-//! thread's [`Slot`]: it stores the job and bumps `posted`; the thread does
+//! thread's [`Slot`] ([`super::worker`]): it stores the job and bumps `posted`; the thread does
 //! the job, stores its reply and sets `done` to the job's number. Hand-offs
 //! are spin waits, no system call: a thread waits for its next job spinning
 //! for [`SPIN`] (the coordinator's work between two rounds is far shorter),
@@ -33,11 +33,10 @@
 //! it aborts and shuts them down, joins those that end within [`GRACE`] and
 //! leaves any other one running detached rather than wait for it.
 
-use std::cell::UnsafeCell;
 use std::os::unix::thread::JoinHandleExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -45,109 +44,20 @@ use tsc_contract::{Progress, RoundRecord, Variant};
 use tsc_sync::{LinuxParams, LinuxSyncResult};
 
 use super::affinity::{self, Affinity};
-use super::cpu::{Aborted, StopControl, ThreadCpu};
-use super::round::{one_round, RoundOutput};
+use super::cpu::{StopControl, ThreadCpu};
+use super::round::one_round;
 use super::shared::RoundShared;
+use super::worker::{
+    lock, reply_of, worker, Control, Job, Reply, SharedCell, Slot, ThreadState, CLOCK_EVERY, SPIN,
+};
 use crate::error::RunError;
 use crate::stop;
 use crate::tsc::{host_rdtsc, TscState};
 use crate::watchdog::Stall;
 
-/// How long a parked thread or the coordinator sleeps between looks at the
-/// shutdown flag, the stop request and the deadline.
-const POLL: Duration = Duration::from_millis(10);
-
-/// How long a thread spins for its next job before it parks.
-const SPIN: Duration = Duration::from_millis(2);
-
-/// How many spins pass between two looks at the clock.
-const CLOCK_EVERY: u32 = 64;
-
 /// How long threads get to react to an abort or a shutdown before the
 /// coordinator gives up on them.
 pub const GRACE: Duration = Duration::from_secs(5);
-
-/// What the coordinator asks of one thread.
-#[derive(Clone, Copy, Debug)]
-enum Job {
-    /// Run one round of `variant` on the shared state.
-    Round { round: u32, variant: Variant },
-    /// Read the TSC now, on this thread's CPU.
-    Read,
-}
-
-/// A thread's TSC state as one read saw it.
-#[derive(Clone, Copy, Debug)]
-struct ThreadState {
-    raw_tsc: u64,
-    offset: u64,
-    adjust: u64,
-}
-
-/// What a thread answers.
-#[derive(Debug)]
-enum Reply {
-    Round(RoundOutput),
-    State(ThreadState),
-    /// The round was aborted (stop request, deadline, another thread).
-    Aborted,
-    /// The algorithm panicked (a bug), with the message.
-    Panicked(String),
-}
-
-/// Keeps a value on cache lines of its own.
-#[repr(align(64))]
-#[derive(Debug, Default)]
-struct Line<T>(T);
-
-/// One thread's mailbox.
-#[derive(Debug, Default)]
-struct Slot {
-    /// Where the thread is ([`tsc_contract::progress_word`]), written only
-    /// by the thread, during rounds.
-    progress: Line<AtomicU64>,
-    /// The number of the last job posted.
-    posted: Line<AtomicU64>,
-    /// The number of the last job done.
-    done: Line<AtomicU64>,
-    /// The thread has stopped spinning for its next job and parks: the
-    /// coordinator unparks it after posting one.
-    sleeping: AtomicBool,
-    job: Mutex<Option<Job>>,
-    reply: Mutex<Option<Reply>>,
-}
-
-/// Locks `m`, also when a thread panicked while holding it (nothing here
-/// holds a lock across code that can panic).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The round's shared state, cleared by the coordinator between rounds.
-#[derive(Debug, Default)]
-struct SharedCell(UnsafeCell<RoundShared>);
-
-// SAFETY: the cell is written only by the coordinator, in
-// `Workers::run_round` before it posts a round, when every thread has
-// reported the previous round (so none holds a reference into it: a thread
-// only borrows it while it runs a round, and reports after); a round some
-// thread did not report makes `run_round` refuse every later round. During a
-// round every access is through `&RoundShared`, whose fields are atomics.
-unsafe impl Sync for SharedCell {}
-
-/// What the threads share.
-#[derive(Debug)]
-struct Control {
-    stop: StopControl,
-    shutdown: AtomicBool,
-    /// One per thread; slot 0 (the coordinator's) holds only its progress.
-    slots: Vec<Slot>,
-    vcpus: u32,
-    params: LinuxParams,
-    shared: SharedCell,
-    /// [`SPIN`] in host TSC cycles.
-    spin_cycles: u64,
-}
 
 /// Why a wait ended early.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -576,93 +486,4 @@ impl Drop for Workers {
 fn tsc_deadline(tsc_khz: u32, timeout: Duration) -> u64 {
     let cycles = u128::from(tsc_khz) * timeout.as_millis();
     host_rdtsc().saturating_add(u64::try_from(cycles).unwrap_or(u64::MAX))
-}
-
-/// The next job after job `last`: spinning for [`SPIN`], then parked until
-/// one is posted; `None` once the run shuts down.
-fn next_job(ctl: &Control, slot: &Slot, last: u64) -> Option<(u64, Job)> {
-    let start = host_rdtsc();
-    let mut spins = 0u32;
-    let mut parking = false;
-    loop {
-        if ctl.shutdown.load(Ordering::SeqCst) {
-            return None;
-        }
-        let seq = slot.posted.0.load(Ordering::SeqCst);
-        if seq != last {
-            if let Some(job) = *lock(&slot.job) {
-                return Some((seq, job));
-            }
-        }
-        if parking {
-            slot.sleeping.store(true, Ordering::SeqCst);
-            // Posted after the look above: the coordinator saw `sleeping`
-            // and unparks (the token makes this park return at once).
-            if slot.posted.0.load(Ordering::SeqCst) == last && !ctl.shutdown.load(Ordering::SeqCst)
-            {
-                std::thread::park_timeout(POLL);
-            }
-            slot.sleeping.store(false, Ordering::SeqCst);
-            continue;
-        }
-        spins = spins.wrapping_add(1);
-        if ctl.stop.overcommitted {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-        if spins % CLOCK_EVERY == 0 {
-            parking = host_rdtsc().wrapping_sub(start) > ctl.spin_cycles;
-        }
-    }
-}
-
-/// What a round's run (caught) answers; a panic (a bug) stops the others
-/// at once.
-fn reply_of(ctl: &Control, run: std::thread::Result<RoundOutput>) -> Reply {
-    match run {
-        Ok(out) => Reply::Round(out),
-        Err(p) if p.is::<Aborted>() => Reply::Aborted,
-        Err(p) => {
-            ctl.stop.abort.store(true, Ordering::Relaxed);
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            Reply::Panicked(msg)
-        }
-    }
-}
-
-/// One thread's life (threads 1..N): jobs until the run shuts down.
-fn worker(ctl: &Control, index: u32, offset: u64) {
-    let Some(slot) = ctl.slots.get(index as usize) else {
-        return;
-    };
-    let mut cpu = ThreadCpu::new(offset, &ctl.stop, &slot.progress.0);
-    let mut last = 0;
-    while let Some((seq, job)) = next_job(ctl, slot, last) {
-        last = seq;
-        let reply = match job {
-            Job::Read => Reply::State(ThreadState {
-                raw_tsc: host_rdtsc(),
-                offset: cpu.offset(),
-                adjust: cpu.tsc_adjust(),
-            }),
-            Job::Round { round, variant } => {
-                let (vcpus, params) = (ctl.vcpus, ctl.params);
-                // SAFETY: a shared borrow for the round (see SharedCell): the
-                // coordinator writes the cell only once this thread has
-                // reported the round, after the borrow has ended.
-                let shared = unsafe { &*ctl.shared.0.get() };
-                let run = catch_unwind(AssertUnwindSafe(|| {
-                    one_round(&mut cpu, index, vcpus, round, variant, shared, params)
-                }));
-                reply_of(ctl, run)
-            }
-        };
-        *lock(&slot.reply) = Some(reply);
-        slot.done.0.store(seq, Ordering::Release);
-    }
 }
