@@ -6,23 +6,30 @@ use std::time::Duration;
 
 use kvm_ioctls::VcpuFd;
 
-use tsc_contract::Variant;
+use tsc_contract::{ports, Variant};
 
 use super::{Backend, RoundData};
 use crate::error::RunError;
-use crate::host::HostInfo;
+use crate::guest_image;
+use crate::host::{HostInfo, Pacing};
 use crate::initial_skew::{targets, SkewError};
 use crate::options::RunOptions;
 use crate::tsc::{self, TscState};
-use crate::vstate::sync_area;
 use crate::vstate::vm::{self, Vm, VmSpec};
-use crate::vstate::{memory, VcpuPool};
+use crate::vstate::{memory, spin, sync_area, VcpuPool, VmError};
+
+/// Said of runs whose guest yielded in its spin-waits.
+pub const GUEST_YIELD_NOTE: &str = "more vCPUs than host cores: the VMM rewrote every `pause` \
+    of the guest's spin-waits into an exit that yields the vCPU's host thread (a stand-in for \
+    pause-loop exiting); skews and exit times then reflect host scheduling, not the rendezvous";
 
 /// A running VM and what the rounds need of it.
 pub struct KvmBackend {
     pool: VcpuPool,
     /// The variant the guest's config names now.
     current: Variant,
+    /// How the run is paced.
+    pacing: Pacing,
 }
 
 impl KvmBackend {
@@ -31,6 +38,7 @@ impl KvmBackend {
     /// initial skew (set before any vCPU runs; the first readback verifies
     /// it), and starts its vCPU threads.
     pub fn start(opts: &RunOptions, rounds: u32, first: Variant) -> Result<KvmBackend, RunError> {
+        let image = opts.image.as_deref().unwrap_or(guest_image::EMBEDDED);
         let spec = VmSpec {
             vcpus: opts.vcpus,
             rounds,
@@ -38,19 +46,31 @@ impl KvmBackend {
             command_mode: false,
             windows_ms: opts.sync_windows_ms,
             inject: opts.inject,
-            image: opts
-                .image
-                .as_deref()
-                .unwrap_or(crate::guest_image::EMBEDDED),
+            image,
         };
         let machine = Vm::new(vm::open_kvm()?, &spec)?;
         if let Some(cycles) = opts.initial_skew {
             apply_initial_skew(&machine.vcpus, cycles)?;
         }
+        // With more vCPUs than cores a spinning vCPU would keep its core
+        // while the one it waits for cannot run: its `pause`s yield
+        // instead, or (an image that lists none) the spin breaker kicks it.
+        let pacing = if !spin::overcommitted(opts.vcpus) {
+            Pacing::None
+        } else if guest_image::patch_pause_sites(&machine.mem, image, ports::YIELD)
+            .map_err(VmError::Image)?
+            > 0
+        {
+            Pacing::GuestYield
+        } else {
+            Pacing::SpinBreaker
+        };
         let timeout = opts.round_timeout.unwrap_or(opts.timeout);
+        let breaker = pacing == Pacing::SpinBreaker;
         Ok(KvmBackend {
-            pool: VcpuPool::start(machine, timeout, rounds)?,
+            pool: VcpuPool::start_with(machine, timeout, rounds, breaker)?,
             current: first,
+            pacing,
         })
     }
 }
@@ -104,7 +124,15 @@ impl Backend for KvmBackend {
     fn host(&self, initial: &[TscState]) -> HostInfo {
         let mut host = HostInfo::collect(self.pool.facts(initial));
         host.sync_windows = Some(self.pool.sync_windows());
+        host.pacing = Some(self.pacing);
         host
+    }
+
+    fn setup_notes(&self) -> Vec<String> {
+        match self.pacing {
+            Pacing::GuestYield => vec![GUEST_YIELD_NOTE.to_string()],
+            _ => Vec::new(),
+        }
     }
 
     fn skew_set_by(&self) -> &'static str {

@@ -70,7 +70,20 @@ pub struct VcpuPool {
 impl VcpuPool {
     /// Starts one thread per vCPU of `vm`; everything must be done within
     /// `timeout` from now. `rounds` is what the guest was configured for.
-    pub fn start(mut vm: Vm, timeout: Duration, rounds: u32) -> Result<VcpuPool, PoolError> {
+    /// With more vCPUs than host cores the spin breaker runs.
+    pub fn start(vm: Vm, timeout: Duration, rounds: u32) -> Result<VcpuPool, PoolError> {
+        let breaker = spin::overcommitted(vm.vcpus.len() as u32);
+        VcpuPool::start_with(vm, timeout, rounds, breaker)
+    }
+
+    /// As [`VcpuPool::start`], with the spin breaker only when `breaker`
+    /// (a guest whose spin-waits yield on their own needs none).
+    pub fn start_with(
+        mut vm: Vm,
+        timeout: Duration,
+        rounds: u32,
+        breaker: bool,
+    ) -> Result<VcpuPool, PoolError> {
         kick::install_kick_handler().map_err(PoolError::KickHandler)?;
         let with_offset = vm.vcpus.first().is_some_and(tsc::has_offset_attr);
         let vm_dir = debugfs::mounted()
@@ -120,9 +133,9 @@ impl VcpuPool {
             pool.handles.push(handle);
             pool.kickers.push(kicker);
         }
-        // Only when vCPUs outnumber host cores; stopped in Drop before the
-        // threads are joined (it signals them by pthread_t).
-        if spin::overcommitted(n as u32) {
+        // Only when asked for; stopped in Drop before the threads are
+        // joined (it signals them by pthread_t).
+        if breaker {
             let targets = pool.handles.iter().map(|h| h.as_pthread_t()).collect();
             pool.breaker = SpinBreaker::start(targets, spin::PERIOD).ok();
         }

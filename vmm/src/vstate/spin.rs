@@ -9,6 +9,12 @@
 //! thread with the kick signal (without the stop flag), which makes KVM_RUN
 //! return EINTR; the vCPU thread then yields its core before re-entering
 //! (see `vcpu.rs`). A signal that finds a thread outside KVM_RUN is harmless.
+//!
+//! A guest that lists its `pause`s needs no breaker: the KVM backend
+//! rewrites them into yield exits ([`crate::guest_image::patch_pause_sites`],
+//! [`tsc_contract::ports::YIELD`]), so that every spin-wait iteration gives
+//! the host thread's CPU up, as pause-loop exiting would. The breaker is
+//! left for images that list none (and for the command-mode session).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -47,7 +47,7 @@ use tsc_sync::{LinuxParams, LinuxSyncResult};
 
 use super::{Backend, RoundData};
 use crate::error::RunError;
-use crate::host::{has_cpu_flag, HostInfo, HostThreads};
+use crate::host::{has_cpu_flag, HostInfo, HostThreads, Pacing};
 use crate::options::{RunOptions, Windows};
 use crate::tsc::TscState;
 
@@ -113,6 +113,11 @@ impl HostBackend {
         };
         let mut host = HostInfo::host_backend(tsc_khz, threads);
         host.sync_windows = Some(windows);
+        host.pacing = Some(if overcommitted {
+            Pacing::ThreadYield
+        } else {
+            Pacing::None
+        });
         Ok(HostBackend {
             workers,
             staging: None,

@@ -393,10 +393,15 @@ impl VcpuThread {
 
     /// Handles an `out`; `Some` ends this `Run`.
     fn handle_out(&mut self, port: u16, len: usize, value: u32) -> Option<RunEnd> {
-        let expected_len = if port == ports::CONSOLE { 1 } else { 4 };
+        let expected_len = if port == ports::CONSOLE || port == ports::YIELD {
+            1
+        } else {
+            4
+        };
         let known = matches!(
             port,
             ports::CONSOLE
+                | ports::YIELD
                 | ports::ROUND_DONE
                 | ports::COMMAND_DONE
                 | ports::DONE
@@ -413,6 +418,13 @@ impl VcpuThread {
         match port {
             ports::CONSOLE => {
                 self.console_byte(value as u8);
+                None
+            }
+            ports::YIELD => {
+                // A spin-wait's `pause`, rewritten by the VMM (more vCPUs
+                // than host cores): let a vCPU that can move on run (as
+                // pause-loop exiting would).
+                std::thread::yield_now();
                 None
             }
             ports::ROUND_DONE => Some(RunEnd::Park(Event::RoundDone {
