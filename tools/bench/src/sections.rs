@@ -188,6 +188,14 @@ pub fn kvm_round(t: &mut Table, rounds: usize, reps: usize) -> Result<(), String
     for _ in 0..reps {
         runs.push(tool_run(&opts(2, rounds))?.0);
     }
+    let wake: Vec<f64> = (0..reps).map(|_| sleep_and_wake_us(500)).collect();
+    t.rows.push(Row::new(
+        "sleep_wake_us",
+        "a thread's CPU to sleep and be woken by another (park/unpark, 1 ms apart)".into(),
+        "us",
+        Better::Lower,
+        &wake,
+    ));
     let main: Vec<f64> = runs.iter().map(|r| r.main_us).collect();
     let mut row = Row::new(
         "kvm_main_us_per_round",
@@ -211,6 +219,39 @@ pub fn kvm_round(t: &mut Table, rounds: usize, reps: usize) -> Result<(), String
         &all,
     ));
     Ok(())
+}
+
+/// The CPU a thread spends, per cycle, to park and be unparked by another
+/// thread 1 ms later (what a coordinator that sleeps while the vCPUs run a
+/// round pays at least once per round), microseconds.
+pub fn sleep_and_wake_us(cycles: u32) -> f64 {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let (ready, done) = (AtomicU32::new(0), AtomicBool::new(false));
+    let me = std::thread::current();
+    let mut per = f64::NAN;
+    std::thread::scope(|s| {
+        let (ready, done, me) = (&ready, &done, me.clone());
+        s.spawn(move || {
+            for k in 1..=cycles {
+                while ready.load(Ordering::Acquire) < k {
+                    std::thread::yield_now();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                done.store(true, Ordering::Release);
+                me.unpark();
+            }
+        });
+        let t0 = cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID);
+        for k in 1..=cycles {
+            done.store(false, Ordering::Relaxed);
+            ready.store(k, Ordering::Release);
+            while !done.load(Ordering::Acquire) {
+                std::thread::park();
+            }
+        }
+        per = (cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID) - t0) * 1e6 / f64::from(cycles);
+    });
+    per
 }
 
 /// KVM rounds per second at N = 1, 2, 4, 8 (N = 8: at least 200).

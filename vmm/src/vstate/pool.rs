@@ -86,7 +86,12 @@ impl VcpuPool {
     ) -> Result<VcpuPool, PoolError> {
         kick::install_kick_handler().map_err(PoolError::KickHandler)?;
         let with_offset = vm.vcpus.first().is_some_and(tsc::has_offset_attr);
-        let vm_dir = debugfs::mounted()
+        // KVM's debugfs is needed only without the attribute (or when a test
+        // asks for another source): /proc/self/mounts is not read otherwise.
+        let need_dir = !with_offset || std::env::var_os(tsc::OFFSET_SOURCE_ENV).is_some();
+        let vm_dir = need_dir
+            .then(debugfs::mounted)
+            .flatten()
             .map(|root| debugfs::vm_dir(&root, vm.creator_tid, vm.fd.as_raw_fd()));
         let mut readers = OffsetReader::choose(&vm.vcpus, vm_dir.as_deref()).into_iter();
         let offset_source = readers
@@ -462,6 +467,9 @@ impl VcpuPool {
         self.send_all(Command::Stop);
         let started = Instant::now();
         let until = started + JOIN_GRACE;
+        // Threads that only had to take the Stop end within microseconds:
+        // look again soon, then less and less often.
+        let mut pause = Duration::from_micros(20);
         loop {
             // Kick (again, in case a kick landed between a check and an entry).
             for (k, h) in self.kickers.iter().zip(&self.handles) {
@@ -472,7 +480,8 @@ impl VcpuPool {
             if Instant::now() >= until || self.handles.iter().all(|h| h.is_finished()) {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
         }
         if self.handles.iter().any(|h| !h.is_finished()) {
             log::error!("a vCPU thread did not stop within {JOIN_GRACE:?}; abandoning it");

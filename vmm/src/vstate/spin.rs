@@ -18,7 +18,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -33,10 +33,16 @@ pub struct SpinBreaker {
 /// The period used when vCPUs outnumber the host's cores.
 pub const PERIOD: Duration = Duration::from_micros(200);
 
+/// The host cores this process may use (`available_parallelism`, which
+/// reads the affinity mask and the cgroup's quota), found once per process.
+pub fn host_cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Whether `vcpus` vCPU threads overcommit this host's cores.
 pub fn overcommitted(vcpus: u32) -> bool {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    vcpus as usize > cores
+    vcpus as usize > host_cores()
 }
 
 impl SpinBreaker {
