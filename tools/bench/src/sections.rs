@@ -55,12 +55,10 @@ pub fn tool_run(o: &RunOptions) -> Result<(ToolRun, String), String> {
     let (t1, m1, a1) = last;
     let per = (n.saturating_sub(1)).max(1) as f64;
     exits.sort_unstable();
-    let pacing = if facts.spin_breaker {
-        "spin breaker"
-    } else {
-        "none"
-    }
-    .to_string();
+    let pacing = facts
+        .host
+        .pacing
+        .map_or_else(|| "unknown".to_string(), |p| p.name().to_string());
     Ok((
         ToolRun {
             rounds_per_s: per / (t1 - t0).as_secs_f64(),
@@ -157,14 +155,15 @@ pub fn kvm_round(t: &mut Table, rounds: usize, reps: usize) -> Result<(), String
             .find(|c| c.name.starts_with(key))
             .map_or(0.0, |c| c.us)
     };
-    let mut main_ioctl_us = None;
+    // (the main thread's, every thread's) ioctl cost per round.
+    let mut ioctl_us: Option<(f64, f64)> = None;
     if syscalls::available() {
         let base = ["run", "--vcpus", "2", "--variant", "xen-head"];
         match syscalls::per_round(&base, 100, 300) {
             Ok(rows) => {
-                let mut sum = 0.0;
-                for (main, name, per) in &rows {
-                    let who = if *main {
+                let (mut main, mut all) = (0.0, 0.0);
+                for (on_main, name, per) in &rows {
+                    let who = if *on_main {
                         "main thread"
                     } else {
                         "other threads"
@@ -172,11 +171,15 @@ pub fn kvm_round(t: &mut Table, rounds: usize, reps: usize) -> Result<(), String
                     t.notes.push(format!(
                         "kvm N=2 syscalls per round, {who}: {name} {per:.2}"
                     ));
-                    if *main && name.starts_with("ioctl") {
-                        sum += per * cost_of_ioctl(name);
+                    if name.starts_with("ioctl") {
+                        let us = per * cost_of_ioctl(name);
+                        all += us;
+                        if *on_main {
+                            main += us;
+                        }
                     }
                 }
-                main_ioctl_us = Some(sum);
+                ioctl_us = Some((main, all));
             }
             Err(e) => t.notes.push(format!("syscall counts: {e}")),
         }
@@ -189,13 +192,6 @@ pub fn kvm_round(t: &mut Table, rounds: usize, reps: usize) -> Result<(), String
         runs.push(tool_run(&opts(2, rounds))?.0);
     }
     let wake: Vec<f64> = (0..reps).map(|_| sleep_and_wake_us(500)).collect();
-    t.rows.push(Row::new(
-        "sleep_wake_us",
-        "a thread's CPU to sleep and be woken by another (park/unpark, 1 ms apart)".into(),
-        "us",
-        Better::Lower,
-        &wake,
-    ));
     let main: Vec<f64> = runs.iter().map(|r| r.main_us).collect();
     let mut row = Row::new(
         "kvm_main_us_per_round",
@@ -204,20 +200,43 @@ pub fn kvm_round(t: &mut Table, rounds: usize, reps: usize) -> Result<(), String
         Better::Lower,
         &main,
     );
-    if let Some(f) = main_ioctl_us {
-        row = row.with_floor("the main thread's own ioctls per round".into(), &[f]);
+    if let Some((m, _)) = ioctl_us {
+        row = row.with_floor(
+            "the main thread's own ioctls per round (counted, timed)".into(),
+            &[m],
+        );
         let met = row.beyond.is_some_and(|b| b <= 10.0);
         row = row.with_target("at most 10 us beyond the ioctls' own cost".into(), met);
     }
     t.rows.push(row);
+    t.rows.push(
+        Row::new(
+            "kvm_main_us_per_round_vs_wake",
+            "kvm, 2 vCPUs: main-thread CPU per round (again)".into(),
+            "us",
+            Better::Lower,
+            &main,
+        )
+        .with_floor(
+            "a thread's sleep and wake-up (park/unpark, 1 ms apart)".into(),
+            &wake,
+        ),
+    );
     let all: Vec<f64> = runs.iter().map(|r| r.all_us).collect();
-    t.rows.push(Row::new(
+    let mut row = Row::new(
         "kvm_all_us_per_round",
         "kvm, 2 vCPUs: CPU per round, all threads (the guest's emulation included)".into(),
         "us",
         Better::Lower,
         &all,
-    ));
+    );
+    if let Some((_, a)) = ioctl_us {
+        row = row.with_floor(
+            "the ioctls a round needs, every thread (counted, timed)".into(),
+            &[a],
+        );
+    }
+    t.rows.push(row);
     Ok(())
 }
 

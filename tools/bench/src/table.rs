@@ -180,11 +180,11 @@ impl Table {
                     format!(", {} {} beyond it", num(b), r.unit)
                 });
                 out.push_str(&format!(
-                    "    floor: {:<55} {:>12} {}   ratio {}x{beyond}\n",
+                    "    floor: {:<55} {:>12} {}   ratio {}{beyond}\n",
                     f.what,
                     num(f.value),
                     r.unit,
-                    r.ratio.map_or_else(|| "-".into(), |x| format!("{x:.2}"))
+                    r.ratio.map_or_else(|| "-".into(), |x| format!("{x:.2}x"))
                 ));
             }
             if let (Some(t), Some(m)) = (&r.target, r.met) {
