@@ -741,6 +741,7 @@ fn host() -> HostInfo {
         host_threads: None,
         sync_windows: None,
         initial_skew_cycles: None,
+        pacing: None,
     }
 }
 

@@ -1,9 +1,10 @@
 //! The host backend (`--backend host`): every variant on host threads, the
 //! invariants of what each algorithm does to the threads' TSCs, as the
 //! reports' own analysis sees them, and `run`/`compare` end to end (schemas,
-//! CSV, the overcommit warning, SIGTERM). No /dev/kvm is needed, except for
-//! the one test of `--linux-windows` on the KVM backend (skipped without it
-//! unless `CI` is set).
+//! CSV, the overcommit warning, SIGTERM), and how runs with more vCPUs or
+//! threads than host cores are paced, on both backends. No /dev/kvm is
+//! needed, except for the tests of `--linux-windows` and of the pacing on
+//! the KVM backend (skipped without it unless `CI` is set).
 //!
 //! Relations only: nothing here assumes a cycle count of this machine, and
 //! every wait is bounded by a generous deadline.
@@ -178,6 +179,8 @@ fn run_json_validates_and_says_host_and_the_windows_used() {
     assert_eq!(h["backend"], "host");
     assert_eq!(h["offset_source"], "host_thread");
     assert_eq!(h["host_threads"]["threads"], 2);
+    let over = h["host_threads"]["overcommitted"] == true;
+    assert_eq!(h["pacing"], if over { "thread_yield" } else { "none" });
     let w = &h["sync_windows"];
     assert_eq!(
         (w["first_ms"].as_u64(), w["ms"].as_u64()),
@@ -314,6 +317,7 @@ fn more_threads_than_cpus_are_warned_about_and_still_finish() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     if cpus < 8 {
         assert_eq!(t["overcommitted"], true);
+        assert_eq!(doc["host"]["pacing"], "thread_yield");
         assert!(t["pinned"]
             .as_array()
             .is_some_and(|p| p.iter().all(Value::is_null)));
@@ -322,8 +326,105 @@ fn more_threads_than_cpus_are_warned_about_and_still_finish() {
         assert!(notes.contains("8 threads on"), "{notes}");
     } else {
         assert_eq!(t["overcommitted"], false);
+        assert_eq!(doc["host"]["pacing"], "none");
         assert!(!stderr.contains("warning"), "{stderr}");
     }
+}
+
+/// The host's cores, as the VMM counts them.
+fn cores() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
+/// More vCPUs than host cores on KVM: the guest's spin-waits yield (the
+/// VMM rewrote its pauses), the JSON says `guest_yield` and the notes say
+/// how; with no more vCPUs than cores nothing paces the run.
+#[test]
+fn more_vcpus_than_cores_are_paced_by_guest_yields_and_say_so() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let n = (cores() + 1).to_string();
+    let (_, doc) = ok(&[
+        "run",
+        "--vcpus",
+        &n,
+        "--variant",
+        "xen-head",
+        "--rounds",
+        "3",
+        "--json",
+    ]);
+    validate(&doc, RUN_SCHEMA);
+    assert_eq!(doc["host"]["pacing"], "guest_yield");
+    let notes = doc["runs"][0]["notes"].to_string();
+    assert!(notes.contains("rewrote every `pause`"), "{notes}");
+    assert!(!notes.contains("every 200 us"), "no spin breaker: {notes}");
+    assert_eq!(doc["runs"][0]["rounds"].as_array().map(Vec::len), Some(3));
+    let (_, doc) = ok(&[
+        "run",
+        "--vcpus",
+        "1",
+        "--variant",
+        "xen-head",
+        "--rounds",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(doc["host"]["pacing"], "none");
+    assert!(!doc["runs"][0]["notes"].to_string().contains("host cores"));
+}
+
+/// A guest image that lists no pause to rewrite is paced by the spin
+/// breaker, as before, and says so; `compare` reports the pacing too.
+#[test]
+fn an_image_without_pause_sites_falls_back_to_the_spin_breaker() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let name = b".tsc_pause_sites";
+    let mut image = tsc_vmm::EMBEDDED.to_vec();
+    let at = image
+        .windows(name.len())
+        .position(|w| w == name)
+        .expect("the embedded guest names its pause sites");
+    image[at + 1] = b'X';
+    let path = std::env::temp_dir().join(format!("tsc-no-pause-sites-{}.elf", std::process::id()));
+    std::fs::write(&path, &image).expect("a scratch image");
+    let p = path.to_str().expect("utf-8");
+    let n = (cores() + 1).to_string();
+    let (_, doc) = ok(&[
+        "run",
+        "--vcpus",
+        &n,
+        "--variant",
+        "xen-head",
+        "--rounds",
+        "2",
+        "--guest",
+        p,
+        "--json",
+    ]);
+    validate(&doc, RUN_SCHEMA);
+    assert_eq!(doc["host"]["pacing"], "spin_breaker");
+    assert!(doc["runs"][0]["notes"].to_string().contains("every 200 us"));
+    let (_, doc) = ok(&[
+        "compare",
+        "--vcpus",
+        &n,
+        "--variants",
+        "xen-4.15,xen-head",
+        "--rounds",
+        "4",
+        "--warmup",
+        "1",
+        "--seed",
+        "1",
+        "--json",
+    ]);
+    validate(&doc, COMPARE_SCHEMA);
+    assert_eq!(doc["host"]["pacing"], "guest_yield");
+    let _ = std::fs::remove_file(&path);
 }
 
 #[test]

@@ -164,6 +164,13 @@ pub mod ports {
     /// Command mode: the vCPU finished command number `eax` (0 = none yet),
     /// wrote its result into its [`crate::CommandSlot`] and waits for the next.
     pub const COMMAND_DONE: u16 = 0x0520;
+    /// A spin-wait's `pause` as the host rewrote it, `out 0xea, al` (the same
+    /// two bytes; any value): only with more vCPUs than host cores, the host
+    /// rewrites the `pause` instructions the guest lists in its section
+    /// `.tsc_pause_sites`, and turns this exit into a yield of the vCPU's
+    /// host thread. The guest itself never writes it. Below 0x100: the
+    /// `out imm8, al` form.
+    pub const YIELD: u16 = 0x00ea;
 }
 
 /// Written into [`Config::magic`] by the host.

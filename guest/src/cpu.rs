@@ -110,11 +110,26 @@ impl Cpu for Hw {
         }
     }
 
+    /// `pause`, as Xen's cpu_relax(). Each one's address is listed in the
+    /// non-loaded section `.tsc_pause_sites` (one u64 per site): with more
+    /// vCPUs than host cores the VMM rewrites these two bytes into
+    /// `out 0xea, al` (ports::YIELD), an exit it turns into a yield of the
+    /// host thread, and otherwise leaves them as they are.
     #[inline(always)]
     fn relax(&mut self) {
         // SAFETY: pause has no effect on memory; the asm is a compiler barrier
-        // (no `nomem`), as Xen's cpu_relax().
-        unsafe { asm!("pause", options(nostack, preserves_flags)) };
+        // (no `nomem`), as Xen's cpu_relax(). The section directives only
+        // record the instruction's address in a section that is not loaded;
+        // `out 0xea, al` in its place (by the VMM) touches only AL's port.
+        unsafe {
+            asm!(
+                "2: pause",
+                ".pushsection .tsc_pause_sites, \"\", @progbits",
+                ".quad 2b",
+                ".popsection",
+                options(nostack, preserves_flags)
+            )
+        };
     }
 
     #[inline(always)]

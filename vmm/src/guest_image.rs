@@ -3,12 +3,19 @@
 //!
 //! The image is untrusted input: every header field is checked against the
 //! file and the memory layout before anything is copied.
+//!
+//! With more vCPUs than host cores the VMM rewrites the guest's `pause`
+//! instructions, which the guest lists in its section `.tsc_pause_sites`,
+//! into `out 0xea, al` ([`tsc_contract::ports::YIELD`], the same two bytes):
+//! a spin-wait then yields its host thread instead of spinning through a
+//! scheduler slice ([`patch_pause_sites`]). Every listed site is checked to
+//! be a `pause` in an executable loaded segment first.
 
 use std::io::Cursor;
 
 use linux_loader::loader::{elf::Elf, KernelLoader};
 use tsc_contract::layout;
-use vm_memory::{GuestAddress, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// The guest built by `vmm/build.rs`.
 pub static EMBEDDED: &[u8] = include_bytes!(env!("TSC_GUEST_ELF"));
@@ -139,6 +146,110 @@ pub fn check(image: &[u8]) -> Result<u64, ImageError> {
     Ok(entry)
 }
 
+/// The section in which the guest lists its `pause` instructions (one
+/// little-endian u64 address each), not loaded.
+pub const PAUSE_SITES: &str = ".tsc_pause_sites";
+
+/// `pause`.
+const PAUSE: [u8; 2] = [0xf3, 0x90];
+
+/// The most sites an image may list (far more than any guest has).
+const MAX_SITES: usize = 4096;
+
+/// The bytes of the section named `name`, `None` when the image has no
+/// such section or its section headers do not hold together (an image
+/// without them is still a valid image: it just lists nothing).
+fn section<'a>(image: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    const SHDR_SIZE: usize = 64;
+    let shoff = usize::try_from(u64_at(image, 40)?).ok()?;
+    if usize::from(u16_at(image, 58)?) != SHDR_SIZE {
+        return None;
+    }
+    let shnum = usize::from(u16_at(image, 60)?);
+    let shstrndx = usize::from(u16_at(image, 62)?);
+    let header = |i: usize| -> Option<(u32, &'a [u8])> {
+        let o = shoff.checked_add(i.checked_mul(SHDR_SIZE)?)?;
+        let name = u32_at(image, o)?;
+        let off = usize::try_from(u64_at(image, o + 24)?).ok()?;
+        let size = usize::try_from(u64_at(image, o + 32)?).ok()?;
+        Some((name, image.get(off..off.checked_add(size)?)?))
+    };
+    let (_, names) = header(shstrndx).filter(|_| shstrndx < shnum)?;
+    (0..shnum).find_map(|i| {
+        let (at, bytes) = header(i)?;
+        let rest = names.get(at as usize..)?;
+        let end = rest.iter().position(|&b| b == 0)?;
+        (&rest[..end] == name.as_bytes()).then_some(bytes)
+    })
+}
+
+/// Where the guest's listed `pause` instructions are in guest-physical
+/// memory, each checked to be the two bytes of a `pause` inside the file
+/// part of an executable loaded segment. An image that lists none (or
+/// whose list is unusable) gives none: its spin-waits are left alone.
+pub fn pause_sites(image: &[u8]) -> Result<Vec<u64>, ImageError> {
+    check(image)?;
+    let Some(list) = section(image, PAUSE_SITES) else {
+        return Ok(Vec::new());
+    };
+    if list.len() % 8 != 0 || list.len() / 8 > MAX_SITES {
+        return Ok(Vec::new());
+    }
+    let phoff = u64_at(image, 32).unwrap_or(0) as usize;
+    let phnum = usize::from(u16_at(image, 56).unwrap_or(0));
+    // (vaddr, paddr, file offset, file size) of every executable PT_LOAD;
+    // `check` vouched for the headers and their file ranges.
+    let code: Vec<(u64, u64, u64, u64)> = (0..phnum)
+        .filter_map(|i| {
+            let o = phoff + i * PHDR_SIZE;
+            let exec = u32_at(image, o)? == PT_LOAD && u32_at(image, o + 4)? & PF_X != 0;
+            exec.then_some((
+                u64_at(image, o + 16)?,
+                u64_at(image, o + 24)?,
+                u64_at(image, o + 8)?,
+                u64_at(image, o + 32)?,
+            ))
+        })
+        .collect();
+    let mut sites = Vec::with_capacity(list.len() / 8);
+    for chunk in list.chunks_exact(8) {
+        let at = u64_at(chunk, 0).unwrap_or(0);
+        let found = code.iter().find_map(|&(vaddr, paddr, off, filesz)| {
+            let rel = at.checked_sub(vaddr)?;
+            (rel.checked_add(2)? <= filesz).then_some((paddr + rel, off + rel))
+        });
+        let Some((phys, file)) = found else {
+            return Ok(Vec::new());
+        };
+        if image.get(file as usize..file as usize + 2) != Some(&PAUSE[..]) {
+            return Ok(Vec::new());
+        }
+        sites.push(phys);
+    }
+    Ok(sites)
+}
+
+/// Rewrites every listed `pause` of the loaded `image` in `mem` into
+/// `out port, al` (`port` below 0x100); returns how many it rewrote (0: the
+/// image lists none, and nothing was changed). Only before any vCPU runs.
+pub fn patch_pause_sites(
+    mem: &GuestMemoryMmap,
+    image: &[u8],
+    port: u16,
+) -> Result<usize, ImageError> {
+    let Ok(port) = u8::try_from(port) else {
+        return Err(ImageError::Load(format!(
+            "port {port:#x} has no `out imm8, al` form"
+        )));
+    };
+    let sites = pause_sites(image)?;
+    for &at in &sites {
+        mem.write_slice(&[0xe6, port], GuestAddress(at))
+            .map_err(|e| ImageError::Load(format!("rewriting the pause at {at:#x}: {e}")))?;
+    }
+    Ok(sites.len())
+}
+
 /// Checks `image` and loads it into `mem`; returns the entry point.
 pub fn load(mem: &GuestMemoryMmap, image: &[u8]) -> Result<u64, ImageError> {
     let entry = check(image)?;
@@ -166,6 +277,55 @@ mod tests {
     fn the_embedded_guest_passes_the_checks() {
         let entry = check(EMBEDDED).expect("embedded guest is valid");
         assert!((layout::IMAGE..layout::IMAGE_END).contains(&entry));
+    }
+
+    /// The embedded guest lists its pauses, and every one is a pause in
+    /// its code; an image whose list points elsewhere lists none.
+    #[test]
+    fn the_embedded_guest_lists_its_pauses() {
+        let sites = pause_sites(EMBEDDED).expect("a valid image");
+        assert!(!sites.is_empty(), "the guest's relax() lists its pause");
+        assert!(sites
+            .iter()
+            .all(|s| (layout::IMAGE..layout::IMAGE_END).contains(s)));
+        let mut bad = EMBEDDED.to_vec();
+        let list = section(EMBEDDED, PAUSE_SITES).expect("listed");
+        let at = list.as_ptr() as usize - EMBEDDED.as_ptr() as usize;
+        // The first site one byte on: no longer a pause.
+        bad[at] = bad[at].wrapping_add(1);
+        assert_eq!(pause_sites(&bad), Ok(Vec::new()));
+        assert!(matches!(pause_sites(b"garbage"), Err(ImageError::NotElf)));
+    }
+
+    /// Whatever an image's section headers and list say, reading the list
+    /// never panics, and every site it gives is a pause inside the image
+    /// area of the image as given.
+    #[test]
+    fn mangled_section_headers_and_lists_are_survived() {
+        let shoff = u64_at(EMBEDDED, 40).expect("header") as usize;
+        let list_at = section(EMBEDDED, PAUSE_SITES).expect("listed").as_ptr() as usize
+            - EMBEDDED.as_ptr() as usize;
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for i in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut img = EMBEDDED.to_vec();
+            // The ELF header's section fields, the section headers, the list.
+            let at = match i % 3 {
+                0 => 40 + (x as usize % 24),
+                1 => shoff + (x as usize % (img.len() - shoff)),
+                _ => list_at + (x as usize % 168),
+            };
+            if let Some(b) = img.get_mut(at) {
+                *b = (x >> 32) as u8;
+            }
+            if let Ok(sites) = pause_sites(&img) {
+                for s in sites {
+                    assert!((layout::IMAGE..layout::IMAGE_END).contains(&s), "{s:#x}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -140,6 +140,36 @@ pub fn clocksource() -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+/// How a run was paced: what let vCPUs (or threads) that wait for others
+/// give their host CPU up, when there were more of them than host cores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pacing {
+    /// No more vCPUs than host cores: nothing but the rendezvous paced it.
+    None,
+    /// The guest's spin-waits yielded: the VMM rewrote each `pause` of the
+    /// guest into an exit it turns into a yield of the vCPU's host thread
+    /// (a stand-in for pause-loop exiting).
+    GuestYield,
+    /// The VMM interrupted the vCPUs every 200 us so that spinning ones
+    /// yield (a guest image that lists no `pause` to rewrite).
+    SpinBreaker,
+    /// Host backend: the threads yielded in every spin.
+    ThreadYield,
+}
+
+impl Pacing {
+    /// The name used in JSON.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Pacing::None => "none",
+            Pacing::GuestYield => "guest_yield",
+            Pacing::SpinBreaker => "spin_breaker",
+            Pacing::ThreadYield => "thread_yield",
+        }
+    }
+}
+
 /// Facts about the host, as reported.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct HostInfo {
@@ -185,6 +215,10 @@ pub struct HostInfo {
     /// round; `None` when the run started as the hypervisor set it up.
     #[serde(default)]
     pub initial_skew_cycles: Option<u64>,
+    /// How the run was paced ([`Pacing`]); `None` where no rounds ran
+    /// (check, restore) and in earlier documents, and then not written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pacing: Option<Pacing>,
 }
 
 /// The host backend's threads and the host CPUs they ran on.
@@ -277,6 +311,7 @@ impl HostInfo {
             host_threads: None,
             sync_windows: None,
             initial_skew_cycles: None,
+            pacing: None,
         }
     }
 
@@ -300,6 +335,7 @@ impl HostInfo {
             host_threads: Some(threads),
             sync_windows: None,
             initial_skew_cycles: None,
+            pacing: None,
         }
     }
 
@@ -362,6 +398,7 @@ mod tests {
             host_threads: None,
             sync_windows: Some(Windows::at(2_000_000, (20, 2))),
             initial_skew_cycles: None,
+            pacing: Some(Pacing::GuestYield),
         }
     }
 
@@ -375,6 +412,7 @@ mod tests {
         assert_eq!(v["backend"], "kvm");
         assert_eq!(v["offset_source"], "kvm_vcpu_tsc_offset");
         assert_eq!(v["sync_windows"]["cycles"], 4_000_000);
+        assert_eq!(v["pacing"], "guest_yield");
         let back: HostInfo = serde_json::from_value(v.clone()).expect("loads");
         assert_eq!(
             back,
@@ -385,11 +423,18 @@ mod tests {
             }
         );
         let mut old = v;
-        for k in ["backend", "host_threads", "sync_windows", "offset_source"] {
+        for k in [
+            "backend",
+            "host_threads",
+            "sync_windows",
+            "offset_source",
+            "pacing",
+        ] {
             old.as_object_mut().map(|o| o.remove(k));
         }
         let back: HostInfo = serde_json::from_value(old).expect("an old document loads");
         assert_eq!(back.backend, Backend::Kvm);
+        assert_eq!(back.pacing, None);
         assert_eq!(back.offset_source, OffsetSource::None);
     }
 

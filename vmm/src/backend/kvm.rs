@@ -6,17 +6,22 @@ use std::time::Duration;
 
 use kvm_ioctls::VcpuFd;
 
-use tsc_contract::Variant;
+use tsc_contract::{ports, Variant};
 
 use super::{Backend, RoundData};
 use crate::error::RunError;
-use crate::host::HostInfo;
+use crate::guest_image;
+use crate::host::{HostInfo, Pacing};
 use crate::initial_skew::{targets, SkewError};
 use crate::options::RunOptions;
 use crate::tsc::{self, TscState};
-use crate::vstate::sync_area;
 use crate::vstate::vm::{self, Vm, VmSpec};
-use crate::vstate::{memory, VcpuPool};
+use crate::vstate::{memory, spin, sync_area, VcpuPool, VmError};
+
+/// Said of runs whose guest yielded in its spin-waits.
+pub const GUEST_YIELD_NOTE: &str = "more vCPUs than host cores: the VMM rewrote every `pause` \
+    of the guest's spin-waits into an exit that yields the vCPU's host thread (a stand-in for \
+    pause-loop exiting); skews and exit times then reflect host scheduling, not the rendezvous";
 
 /// A running VM and what the rounds need of it.
 pub struct KvmBackend {
@@ -29,6 +34,8 @@ pub struct KvmBackend {
     /// `--kvmclock` asked for; whether the guest could enable it is the
     /// pool's [`VcpuPool::kvmclock`].
     kvmclock_asked: bool,
+    /// How the run is paced.
+    pacing: Pacing,
 }
 
 impl KvmBackend {
@@ -37,6 +44,7 @@ impl KvmBackend {
     /// initial skew (set before any vCPU runs; the first readback verifies
     /// it), and starts its vCPU threads.
     pub fn start(opts: &RunOptions, rounds: u32, first: Variant) -> Result<KvmBackend, RunError> {
+        let image = opts.image.as_deref().unwrap_or(guest_image::EMBEDDED);
         let spec = VmSpec {
             vcpus: opts.vcpus,
             rounds,
@@ -47,21 +55,33 @@ impl KvmBackend {
             handoff_exchanges: opts.guest_view.unwrap_or(0),
             kvmclock: opts.kvmclock,
             record_clock: opts.kvmclock,
-            image: opts
-                .image
-                .as_deref()
-                .unwrap_or(crate::guest_image::EMBEDDED),
+            image,
         };
         let machine = Vm::new(vm::open_kvm()?, &spec)?;
         if let Some(cycles) = opts.initial_skew {
             apply_initial_skew(&machine.vcpus, cycles)?;
         }
+        // With more vCPUs than cores a spinning vCPU would keep its core
+        // while the one it waits for cannot run: its `pause`s yield
+        // instead, or (an image that lists none) the spin breaker kicks it.
+        let pacing = if !spin::overcommitted(opts.vcpus) {
+            Pacing::None
+        } else if guest_image::patch_pause_sites(&machine.mem, image, ports::YIELD)
+            .map_err(VmError::Image)?
+            > 0
+        {
+            Pacing::GuestYield
+        } else {
+            Pacing::SpinBreaker
+        };
         let timeout = opts.round_timeout.unwrap_or(opts.timeout);
+        let breaker = pacing == Pacing::SpinBreaker;
         Ok(KvmBackend {
-            pool: VcpuPool::start(machine, timeout, rounds)?,
+            pool: VcpuPool::start_with(machine, timeout, rounds, breaker)?,
             current: first,
             guest_view: opts.guest_view.unwrap_or(0),
             kvmclock_asked: opts.kvmclock,
+            pacing,
         })
     }
 }
@@ -89,9 +109,9 @@ impl Backend for KvmBackend {
         if linux {
             memory::clear_sync_results(self.pool.mem(), self.pool.vcpus())?;
         }
-        self.pool.run_round(round)?;
-        // Every vCPU is parked outside KVM_RUN now: read them all back.
-        self.pool.readback_into(round, &mut data.after)?;
+        // Every vCPU reads itself back right after its round, parked
+        // outside KVM_RUN with its round done.
+        self.pool.run_round_readback(round, &mut data.after)?;
         let (mem, vcpus) = (self.pool.mem(), self.pool.vcpus());
         memory::read_records(mem, vcpus, &mut data.records)
             .map_err(|vcpu| RunError::UnreadableRecord { vcpu, round })?;
@@ -133,6 +153,7 @@ impl Backend for KvmBackend {
     fn host(&self, initial: &[TscState]) -> HostInfo {
         let mut host = HostInfo::collect(self.pool.facts(initial));
         host.sync_windows = Some(self.pool.sync_windows());
+        host.pacing = Some(self.pacing);
         host
     }
 
@@ -142,6 +163,9 @@ impl Backend for KvmBackend {
 
     fn setup_notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
+        if self.pacing == Pacing::GuestYield {
+            notes.push(GUEST_YIELD_NOTE.to_string());
+        }
         if self.kvmclock_asked && !self.pool.kvmclock() {
             notes.push(
                 "--kvmclock: KVM does not offer kvmclock to this guest (CPUID lacks \

@@ -348,6 +348,7 @@ pub(crate) mod tests {
                     host_threads: None,
                     sync_windows: None,
                     initial_skew_cycles: None,
+                    pacing: None,
                     kernel_release: "6.1".into(),
                     kernel_version: Some((6, 1)),
                     kvm_flavor: KvmFlavor::Svm,

@@ -168,6 +168,7 @@ mod tests {
             host_threads: None,
             sync_windows: None,
             initial_skew_cycles: None,
+            pacing: None,
         }
     }
 

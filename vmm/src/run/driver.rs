@@ -64,26 +64,15 @@ impl Driver<'_> {
         let n = backend.vcpus() as usize;
         let mut initial = Vec::with_capacity(n);
         backend.readback(0, &mut initial)?;
-        let mut host = backend.host(&initial);
-        host.initial_skew_cycles = self.opts.initial_skew;
-        self.host = Some(host.clone());
-        let notes = self.notes(backend, &initial)?;
-
-        // Reused by every round: past the first, the per-round path
-        // allocates nothing but the round's own result.
-        let mut acc = RoundAccumulator::new(&initial);
-        let mut data = RoundData::with_capacity(n);
-        let mut next = Some(first);
-        let max = schedule.max_rounds();
-        let mut round = 0u32;
-        while round < max && !schedule.ends_after(round) {
-            let variant = next.take().unwrap_or_else(|| schedule.next_variant());
-            let result = self.round(backend, round, variant, &mut acc, &mut data)?;
-            on_round(result).map_err(RunError::Output)?;
-            self.completed += 1;
-            round += 1;
-        }
-        if round == max {
+        let looped = self
+            .notes(backend, &initial)
+            .and_then(|notes| self.each_round(backend, first, schedule, on_round, &initial, notes));
+        // The host facts are read once the first round is handed on (the
+        // first result does not wait for them), or here, before the round
+        // loop's error is returned.
+        let host = self.host_of(backend, &initial).clone();
+        let (notes, max, ran) = looped?;
+        if ran == max {
             // Every round ran: let the CPUs end. A run cut short leaves
             // them parked; they are stopped with the backend.
             self.rearm(backend);
@@ -96,6 +85,47 @@ impl Driver<'_> {
             notes,
             spin_breaker: backend.spin_breaker(),
         })
+    }
+
+    /// The host facts, read on the first call (the first readback given).
+    fn host_of<B: Backend>(&mut self, backend: &B, initial: &[TscState]) -> &HostInfo {
+        let skew = self.opts.initial_skew;
+        self.host.get_or_insert_with(|| {
+            let mut host = backend.host(initial);
+            host.initial_skew_cycles = skew;
+            host
+        })
+    }
+
+    /// Every round the schedule draws; returns the notes, the most rounds
+    /// and how many ran.
+    fn each_round<B: Backend>(
+        &mut self,
+        backend: &mut B,
+        first: Variant,
+        schedule: &mut dyn Schedule,
+        on_round: &mut OnRound<'_>,
+        initial: &[TscState],
+        notes: Vec<String>,
+    ) -> Result<(Vec<String>, u32, u32), RunError> {
+        // Reused by every round: past the first, the per-round path
+        // allocates nothing but the round's own result.
+        let mut acc = RoundAccumulator::new(initial);
+        let mut data = RoundData::with_capacity(initial.len());
+        let mut next = Some(first);
+        let max = schedule.max_rounds();
+        let mut round = 0u32;
+        while round < max && !schedule.ends_after(round) {
+            let variant = next.take().unwrap_or_else(|| schedule.next_variant());
+            let result = self.round(backend, round, variant, &mut acc, &mut data)?;
+            on_round(result).map_err(RunError::Output)?;
+            self.completed += 1;
+            round += 1;
+            if round == 1 {
+                self.host_of(backend, initial);
+            }
+        }
+        Ok((notes, max, round))
     }
 
     /// One round: run it, validate its records, analyse it.

@@ -8,7 +8,8 @@
 
 use std::os::fd::AsRawFd;
 use std::os::unix::thread::JoinHandleExt;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -20,8 +21,9 @@ use super::error::PoolError;
 use super::kick::{self, Kicker};
 use super::memory;
 use super::spin::{self, SpinBreaker};
+use super::vcpu::handoff::{Hub, Mailbox};
 use super::vcpu::state::Saved;
-use super::vcpu::{self, Command, Event, VcpuThread};
+use super::vcpu::{self, Command, Event, Link, VcpuThread};
 use super::vm::Vm;
 use crate::host::VmFacts;
 use crate::options::Windows;
@@ -44,8 +46,11 @@ enum Wait {
 
 /// The running vCPU threads of one VM.
 pub struct VcpuPool {
-    commands: Vec<Sender<Command>>,
+    mailboxes: Vec<Arc<Mailbox<Command>>>,
     events: Receiver<Event>,
+    hub: Arc<Hub>,
+    /// Events taken from the channel so far.
+    received: u64,
     handles: Vec<JoinHandle<VcpuFd>>,
     kickers: Vec<Kicker>,
     breaker: Option<SpinBreaker>,
@@ -65,10 +70,28 @@ pub struct VcpuPool {
 impl VcpuPool {
     /// Starts one thread per vCPU of `vm`; everything must be done within
     /// `timeout` from now. `rounds` is what the guest was configured for.
-    pub fn start(mut vm: Vm, timeout: Duration, rounds: u32) -> Result<VcpuPool, PoolError> {
+    /// With more vCPUs than host cores the spin breaker runs.
+    pub fn start(vm: Vm, timeout: Duration, rounds: u32) -> Result<VcpuPool, PoolError> {
+        let breaker = spin::overcommitted(vm.vcpus.len() as u32);
+        VcpuPool::start_with(vm, timeout, rounds, breaker)
+    }
+
+    /// As [`VcpuPool::start`], with the spin breaker only when `breaker`
+    /// (a guest whose spin-waits yield on their own needs none).
+    pub fn start_with(
+        mut vm: Vm,
+        timeout: Duration,
+        rounds: u32,
+        breaker: bool,
+    ) -> Result<VcpuPool, PoolError> {
         kick::install_kick_handler().map_err(PoolError::KickHandler)?;
         let with_offset = vm.vcpus.first().is_some_and(tsc::has_offset_attr);
-        let vm_dir = debugfs::mounted()
+        // KVM's debugfs is needed only without the attribute (or when a test
+        // asks for another source): /proc/self/mounts is not read otherwise.
+        let need_dir = !with_offset || std::env::var_os(tsc::OFFSET_SOURCE_ENV).is_some();
+        let vm_dir = need_dir
+            .then(debugfs::mounted)
+            .flatten()
             .map(|root| debugfs::vm_dir(&root, vm.creator_tid, vm.fd.as_raw_fd()));
         let mut readers = OffsetReader::choose(&vm.vcpus, vm_dir.as_deref()).into_iter();
         let offset_source = readers
@@ -78,9 +101,15 @@ impl VcpuPool {
         let fds = std::mem::take(&mut vm.vcpus);
         let n = fds.len();
         let (event_tx, event_rx) = mpsc::channel();
+        let hub = Arc::new(Hub::new());
+        // Spinning for the next command pays when every vCPU thread has a
+        // core; with more, it would take the core the coordinator needs.
+        let spin = !spin::overcommitted(n as u32);
         let mut pool = VcpuPool {
-            commands: Vec::with_capacity(n),
+            mailboxes: Vec::with_capacity(n),
             events: event_rx,
+            hub: hub.clone(),
+            received: 0,
             handles: Vec::with_capacity(n),
             kickers: Vec::with_capacity(n),
             breaker: None,
@@ -93,19 +122,25 @@ impl VcpuPool {
             done: vec![false; n],
         };
         for (index, fd) in fds.into_iter().enumerate() {
-            let (tx, rx) = mpsc::channel();
+            let mailbox = Arc::new(Mailbox::new(Command::Stop));
+            let link = Link {
+                mailbox: mailbox.clone(),
+                spin,
+                events: event_tx.clone(),
+                hub: hub.clone(),
+            };
             let offsets = readers.next().unwrap_or(OffsetReader::None);
-            let (thread, kicker) = VcpuThread::new(index as u32, fd, rx, event_tx.clone(), offsets);
+            let (thread, kicker) = VcpuThread::new(index as u32, fd, link, offsets);
             // On failure the pool drops here: it joins (or leaks) the threads
             // already started and the VM with them.
             let handle = vcpu::spawn(thread).map_err(PoolError::Spawn)?;
-            pool.commands.push(tx);
+            pool.mailboxes.push(mailbox);
             pool.handles.push(handle);
             pool.kickers.push(kicker);
         }
-        // Only when vCPUs outnumber host cores; stopped in Drop before the
-        // threads are joined (it signals them by pthread_t).
-        if spin::overcommitted(n as u32) {
+        // Only when asked for; stopped in Drop before the threads are
+        // joined (it signals them by pthread_t).
+        if breaker {
             let targets = pool.handles.iter().map(|h| h.as_pthread_t()).collect();
             pool.breaker = SpinBreaker::start(targets, spin::PERIOD).ok();
         }
@@ -181,17 +216,33 @@ impl VcpuPool {
         self.breaker.is_some()
     }
 
-    fn send_all(&self, cmd: Command) {
-        for c in &self.commands {
-            // A thread that has ended reports it through its last event.
-            let _ = c.send(cmd);
+    /// Hands `cmd` to vCPU `k`'s thread (a thread that has ended reports it
+    /// through its last event).
+    fn post(&self, k: usize, cmd: Command) {
+        if let (Some(m), Some(h)) = (self.mailboxes.get(k), self.handles.get(k)) {
+            m.post(cmd, h.thread());
         }
     }
 
-    /// The next event, waiting until the deadline at most, and looking for a
-    /// stop request every [`POLL`].
-    fn recv(&self) -> Result<Event, Wait> {
+    fn send_all(&self, cmd: Command) {
+        for k in 0..self.mailboxes.len() {
+            self.post(k, cmd);
+        }
+    }
+
+    /// The next event, of `wanted` still awaited: sleeping until that many
+    /// have been sent, the deadline at most, and looking for a stop request
+    /// every [`POLL`].
+    fn recv(&mut self, wanted: usize) -> Result<Event, Wait> {
         loop {
+            match self.events.try_recv() {
+                Ok(ev) => {
+                    self.received += 1;
+                    return Ok(ev);
+                }
+                Err(TryRecvError::Disconnected) => return Err(Wait::Disconnected),
+                Err(TryRecvError::Empty) => {}
+            }
             if let Some(signal) = stop::requested() {
                 return Err(Wait::Interrupted(signal));
             }
@@ -199,11 +250,8 @@ impl VcpuPool {
             if left.is_zero() {
                 return Err(Wait::Timeout);
             }
-            match self.events.recv_timeout(left.min(POLL)) {
-                Ok(ev) => return Ok(ev),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return Err(Wait::Disconnected),
-            }
+            self.hub
+                .wait(self.received, wanted.max(1) as u64, left.min(POLL));
         }
     }
 
@@ -223,7 +271,7 @@ impl VcpuPool {
         }
         let mut remaining = if wanted.is_some() { 1 } else { n as usize };
         while remaining > 0 {
-            let ev = match self.recv() {
+            let ev = match self.recv(remaining) {
                 Ok(ev) => ev,
                 Err(Wait::Timeout) => return Err(self.stall(round)),
                 Err(Wait::Interrupted(signal)) => {
@@ -276,13 +324,33 @@ impl VcpuPool {
         })
     }
 
-    /// Resumes every vCPU and waits until each has reported the end of
-    /// `round` (and is parked again).
-    pub fn run_round(&mut self, round: u32) -> Result<(), PoolError> {
-        self.send_all(Command::Run);
+    /// Resumes every vCPU, waits until each has reported the end of `round`
+    /// and has read its own TSC state back right after (parked, its round
+    /// done: [`Command::RunReadback`]), and puts the states into `out`, in
+    /// vCPU order, reusing its storage.
+    pub fn run_round_readback(
+        &mut self,
+        round: u32,
+        out: &mut Vec<TscState>,
+    ) -> Result<(), PoolError> {
+        out.clear();
+        out.resize(self.vcpus() as usize, TscState::default());
+        self.send_all(Command::RunReadback);
         self.collect(round, None, |ev| match ev {
-            Event::RoundDone { vcpu, round: r } if r == round => Ok(Some(vcpu)),
-            Event::RoundDone { vcpu, round: r } => Err(PoolError::WrongRound {
+            Event::RoundDone {
+                vcpu,
+                round: r,
+                state,
+            } if r == round => {
+                let s = state
+                    .ok_or(PoolError::Lost(vcpu))?
+                    .map_err(|error| PoolError::Readback { vcpu, error })?;
+                if let Some(slot) = out.get_mut(vcpu as usize) {
+                    *slot = s;
+                }
+                Ok(Some(vcpu))
+            }
+            Event::RoundDone { vcpu, round: r, .. } => Err(PoolError::WrongRound {
                 vcpu,
                 expected: round,
                 found: r,
@@ -298,7 +366,7 @@ impl VcpuPool {
         self.send_all(Command::Run);
         self.collect(rounds, None, |ev| match ev {
             Event::Finished { vcpu } => Ok(Some(vcpu)),
-            Event::RoundDone { vcpu, round } => Err(PoolError::WrongRound {
+            Event::RoundDone { vcpu, round, .. } => Err(PoolError::WrongRound {
                 vcpu,
                 expected: rounds,
                 found: round,
@@ -318,7 +386,7 @@ impl VcpuPool {
                 expected: seq,
                 found: s,
             }),
-            Event::RoundDone { vcpu, round } => Err(PoolError::WrongCommand {
+            Event::RoundDone { vcpu, round, .. } => Err(PoolError::WrongCommand {
                 vcpu,
                 expected: seq,
                 found: round,
@@ -379,11 +447,10 @@ impl VcpuPool {
     /// value read, [`Command::SetMsr`] and [`Command::SetOffset`] the value
     /// written.
     pub fn msr(&mut self, vcpu: u32, cmd: Command, round: u32) -> Result<u64, PoolError> {
-        let Some(tx) = self.commands.get(vcpu as usize) else {
+        if vcpu >= self.vcpus() {
             return Err(PoolError::Lost(vcpu));
-        };
-        // A thread that has ended reports it through its last event.
-        let _ = tx.send(cmd);
+        }
+        self.post(vcpu as usize, cmd);
         let mut value = None;
         self.collect(round, Some(vcpu), |ev| match ev {
             Event::Msr {
@@ -404,9 +471,11 @@ impl VcpuPool {
             b.stop();
         }
         self.send_all(Command::Stop);
-        self.commands.clear();
         let started = Instant::now();
         let until = started + JOIN_GRACE;
+        // Threads that only had to take the Stop end within microseconds:
+        // look again soon, then less and less often.
+        let mut pause = Duration::from_micros(20);
         loop {
             // Kick (again, in case a kick landed between a check and an entry).
             for (k, h) in self.kickers.iter().zip(&self.handles) {
@@ -417,7 +486,8 @@ impl VcpuPool {
             if Instant::now() >= until || self.handles.iter().all(|h| h.is_finished()) {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
         }
         if self.handles.iter().any(|h| !h.is_finished()) {
             log::error!("a vCPU thread did not stop within {JOIN_GRACE:?}; abandoning it");

@@ -9,10 +9,16 @@
 //! thread with the kick signal (without the stop flag), which makes KVM_RUN
 //! return EINTR; the vCPU thread then yields its core before re-entering
 //! (see `vcpu.rs`). A signal that finds a thread outside KVM_RUN is harmless.
+//!
+//! A guest that lists its `pause`s needs no breaker: the KVM backend
+//! rewrites them into yield exits ([`crate::guest_image::patch_pause_sites`],
+//! [`tsc_contract::ports::YIELD`]), so that every spin-wait iteration gives
+//! the host thread's CPU up, as pause-loop exiting would. The breaker is
+//! left for images that list none (and for the command-mode session).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -27,10 +33,16 @@ pub struct SpinBreaker {
 /// The period used when vCPUs outnumber the host's cores.
 pub const PERIOD: Duration = Duration::from_micros(200);
 
+/// The host cores this process may use (`available_parallelism`, which
+/// reads the affinity mask and the cgroup's quota), found once per process.
+pub fn host_cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Whether `vcpus` vCPU threads overcommit this host's cores.
 pub fn overcommitted(vcpus: u32) -> bool {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    vcpus as usize > cores
+    vcpus as usize > host_cores()
 }
 
 impl SpinBreaker {

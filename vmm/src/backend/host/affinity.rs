@@ -47,6 +47,57 @@ pub fn pin(thread: libc::pthread_t, cpu: u32) -> io::Result<()> {
     }
 }
 
+/// A thread's affinity mask, saved to be restored (the coordinator's,
+/// pinned for a run).
+#[derive(Debug)]
+pub struct Affinity {
+    thread: libc::pthread_t,
+    set: libc::cpu_set_t,
+}
+
+impl Affinity {
+    /// The calling thread's mask (`None` when it cannot be read).
+    pub fn of_current() -> Option<Affinity> {
+        // SAFETY: pthread_self has no arguments and always succeeds.
+        let thread = unsafe { libc::pthread_self() };
+        // SAFETY: as in `allowed_cpus`, all-zero is the empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `thread` is the calling thread; the call writes at most
+        // `size_of::<cpu_set_t>()` bytes into `set`.
+        let rc = unsafe {
+            libc::pthread_getaffinity_np(thread, std::mem::size_of::<libc::cpu_set_t>(), &mut set)
+        };
+        (rc == 0).then_some(Affinity { thread, set })
+    }
+
+    /// Gives the thread its saved mask back, when called on that thread
+    /// (a `pthread_t` of another thread may have ended; then nothing is
+    /// done, with a warning).
+    pub fn restore(self) {
+        // SAFETY: pthread_self has no arguments and always succeeds;
+        // pthread_equal only compares the two values.
+        let same = unsafe { libc::pthread_equal(libc::pthread_self(), self.thread) } != 0;
+        if !same {
+            log::warn!(
+                "the host threads ended on another thread: its CPU affinity is left as it is"
+            );
+            return;
+        }
+        // SAFETY: `thread` is the calling thread (checked above); the call
+        // only reads `set`, valid for its size.
+        let rc = unsafe {
+            libc::pthread_setaffinity_np(
+                self.thread,
+                std::mem::size_of::<libc::cpu_set_t>(),
+                &self.set,
+            )
+        };
+        if rc != 0 {
+            log::warn!("the coordinator's CPU affinity could not be restored (error {rc})");
+        }
+    }
+}
+
 #[cfg(test)]
 /// The CPU the calling thread runs on now (`None`: unknown).
 pub fn current_cpu() -> Option<u32> {

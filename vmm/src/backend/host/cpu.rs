@@ -97,6 +97,21 @@ impl<'a> ThreadCpu<'a> {
         }
     }
 
+    /// A thread whose TSC is `offset` cycles from its CPU's and whose
+    /// TSC_ADJUST is `tsc_adjust`: one that ran rounds before (the
+    /// coordinator's thread 0, whose state is kept between its rounds).
+    pub fn resumed(
+        offset: u64,
+        tsc_adjust: u64,
+        stop: &'a StopControl,
+        progress: &'a AtomicU64,
+    ) -> ThreadCpu<'a> {
+        ThreadCpu {
+            tsc_adjust,
+            ..ThreadCpu::new(offset, stop, progress)
+        }
+    }
+
     /// The thread's TSC offset from its CPU's TSC.
     pub fn offset(&self) -> u64 {
         self.offset

@@ -3,21 +3,25 @@
 //! hypervisor of this tool is involved: it measures what the algorithms cost
 //! on this CPU's caches and interconnect, the seed's metric natively.
 //!
-//! - One thread per "vCPU" ([`threads`]), started once per run and pinned to
-//!   its own host CPU where there are enough ([`affinity`]); with more
-//!   threads than CPUs they are not pinned and yield in every spin (and a
-//!   note and a warning on stderr say so).
+//! - One thread per "vCPU" ([`threads`]), started once per run, pinned to
+//!   its own host CPU where there are enough ([`affinity`]); thread 0 is the
+//!   coordinator itself (the thread that drives the rounds), so no extra
+//!   thread competes for a CPU. Hand-offs are spin waits, no system call
+//!   per round. With more threads than CPUs they are not pinned and yield
+//!   in every spin (and a note and a warning on stderr say so).
 //! - Each thread is the CPU the algorithms run on ([`cpu`]): real
 //!   `lfence; rdtsc`, `pause` and `prefetcht0`, and a TSC that is its CPU's
 //!   plus a per-thread offset. A TSC write sets the offset (the hardware TSC
 //!   is never written) and adds its delta to a simulated TSC_ADJUST; a
 //!   TSC_ADJUST write moves the offset by the change: as KVM does for a guest.
 //! - Every round runs every thread on a fresh shared state ([`shared`]) and
-//!   writes the record the guest would write ([`round`]). With every thread
-//!   parked, the coordinator then reads each thread's TSC state back: the
-//!   exact offset, the simulated TSC_ADJUST, and the thread's TSC read on its
-//!   own CPU between two reads of the coordinator's TSC (method (c)'s
-//!   bracket), at the host TSC frequency measured once against
+//!   writes the record the guest would write ([`round`]; Linux's results
+//!   as the guest lays them out: [`staging`]). With every thread
+//!   done with the round, the coordinator then reads each thread's TSC
+//!   state back: the exact offset, the simulated TSC_ADJUST, and the
+//!   thread's TSC read on its own CPU between two reads of the
+//!   coordinator's TSC (method (c)'s bracket; thread 0's on its own CPU),
+//!   at the host TSC frequency measured once against
 //!   CLOCK_MONOTONIC ([`clock`]). The round driver ([`crate::run`]) treats
 //!   them exactly as KVM's, Linux's results go through the KVM path's own
 //!   decoder: reports, JSON and CSV treat both backends alike.
@@ -31,7 +35,9 @@ pub mod clock;
 pub mod cpu;
 pub mod round;
 pub mod shared;
+pub mod staging;
 pub mod threads;
+pub mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -41,11 +47,11 @@ use tsc_sync::{LinuxParams, LinuxSyncResult};
 
 use super::{Backend, RoundData};
 use crate::error::RunError;
-use crate::host::{has_cpu_flag, HostInfo, HostThreads};
+use crate::host::{has_cpu_flag, HostInfo, HostThreads, Pacing};
 use crate::options::{RunOptions, Windows};
 use crate::tsc::TscState;
 
-use round::SyncStaging;
+use staging::SyncStaging;
 use threads::{Setup, Workers};
 
 /// A run's host threads and what the rounds need of them.
@@ -107,6 +113,11 @@ impl HostBackend {
         };
         let mut host = HostInfo::host_backend(tsc_khz, threads);
         host.sync_windows = Some(windows);
+        host.pacing = Some(if overcommitted {
+            Pacing::ThreadYield
+        } else {
+            Pacing::None
+        });
         Ok(HostBackend {
             workers,
             staging: None,

@@ -2,120 +2,62 @@
 //! where there are enough host CPUs, each owning its [`ThreadCpu`] (its TSC
 //! offset and TSC_ADJUST) for the whole run.
 //!
-//! The coordinator (the thread that calls [`Workers::start`] and every other
-//! method) hands each thread one job at a time through the thread's
-//! [`Slot`]: it stores the job, bumps `posted` and unparks the thread; the
-//! thread does the job, stores its reply, sets `done` to the job's number
-//! and unparks the coordinator. Between jobs every thread is parked
-//! (blocked, not spinning), so the coordinator and the readback never compete
-//! with spinning threads for a CPU.
+//! Thread 0 is the coordinator itself: the thread that calls
+//! [`Workers::start`] and every other method runs thread 0's part of every
+//! round between handing the others theirs and collecting their replies, and
+//! is pinned (when the others are) to thread 0's CPU for the run, its
+//! affinity restored at the end. So N threads of this OS take part in a
+//! round of N, and no thread competes with them for a CPU while it runs.
 //!
-//! Jobs: a round (every thread at once, with one fresh shared state), and a
-//! bracketed TSC read (one thread at a time: the coordinator reads its own
-//! TSC, hands the job over, the thread reads its TSC on its own CPU, the
-//! coordinator reads its TSC again once the reply is in).
+//! The coordinator hands threads 1..N one job at a time through the
+//! thread's [`Slot`] ([`super::worker`]): it stores the job and bumps `posted`; the thread does
+//! the job, stores its reply and sets `done` to the job's number. Hand-offs
+//! are spin waits, no system call: a thread waits for its next job spinning
+//! for [`SPIN`] (the coordinator's work between two rounds is far shorter),
+//! then parks until the coordinator unparks it (`sleeping` tells it to);
+//! the coordinator spins until the threads it waits for are done. With more
+//! threads than host CPUs every spin yields.
+//!
+//! Jobs: a round (every thread at once, on one shared state cleared before
+//! every round), and a bracketed TSC read (one thread at a time: the
+//! coordinator reads its own TSC, hands the job over, the thread reads its
+//! TSC on its own CPU, the coordinator reads its TSC again once the reply is
+//! in; thread 0's is read between two reads on its own CPU).
 //!
 //! Stopping: every wait of the coordinator looks at the stop request and the
 //! deadline; on either it sets the shared abort flag, at which every spin
 //! of every thread unwinds ([`super::cpu`]) and the threads report
-//! [`Reply::Aborted`]. Dropping [`Workers`] ends the threads: it aborts and
-//! shuts them down, joins those that end within [`GRACE`] and leaves any other
-//! one running detached rather than wait for it.
+//! [`Reply::Aborted`]. A round some thread did not report leaves the run
+//! unusable ([`Workers::run_round`] refuses the next one: that thread may
+//! still be using the shared state). Dropping [`Workers`] ends the threads:
+//! it aborts and shuts them down, joins those that end within [`GRACE`] and
+//! leaves any other one running detached rather than wait for it.
 
 use std::os::unix::thread::JoinHandleExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::{JoinHandle, Thread};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tsc_contract::{Progress, RoundRecord, Variant};
 use tsc_sync::{LinuxParams, LinuxSyncResult};
 
-use super::affinity;
-use super::cpu::{Aborted, StopControl, ThreadCpu};
-use super::round::{one_round, RoundOutput};
+use super::affinity::{self, Affinity};
+use super::cpu::{StopControl, ThreadCpu};
+use super::round::one_round;
 use super::shared::RoundShared;
+use super::worker::{
+    lock, reply_of, worker, Control, Job, Reply, SharedCell, Slot, ThreadState, CLOCK_EVERY, SPIN,
+};
 use crate::error::RunError;
 use crate::stop;
 use crate::tsc::{host_rdtsc, TscState};
 use crate::watchdog::Stall;
 
-/// How long a parked thread or the coordinator sleeps between looks at the
-/// shutdown flag, the stop request and the deadline.
-const POLL: Duration = Duration::from_millis(10);
-
 /// How long threads get to react to an abort or a shutdown before the
 /// coordinator gives up on them.
 pub const GRACE: Duration = Duration::from_secs(5);
-
-/// What the coordinator asks of one thread.
-#[derive(Debug)]
-enum Job {
-    /// Run one round of `variant` on `shared`.
-    Round {
-        round: u32,
-        variant: Variant,
-        shared: Arc<RoundShared>,
-    },
-    /// Read the TSC now, on this thread's CPU.
-    Read,
-}
-
-/// A thread's TSC state as one read saw it.
-#[derive(Clone, Copy, Debug)]
-struct ThreadState {
-    raw_tsc: u64,
-    offset: u64,
-    adjust: u64,
-}
-
-/// What a thread answers.
-#[derive(Debug)]
-enum Reply {
-    Round(Box<RoundOutput>),
-    State(ThreadState),
-    /// The round was aborted (stop request, deadline, another thread).
-    Aborted,
-    /// The algorithm panicked (a bug), with the message.
-    Panicked(String),
-}
-
-/// Keeps a value on cache lines of its own.
-#[repr(align(64))]
-#[derive(Debug, Default)]
-struct Line<T>(T);
-
-/// One thread's mailbox.
-#[derive(Debug, Default)]
-struct Slot {
-    /// Where the thread is ([`tsc_contract::progress_word`]), written only
-    /// by the thread, during rounds.
-    progress: Line<AtomicU64>,
-    /// The number of the last job posted.
-    posted: Line<AtomicU64>,
-    /// The number of the last job done.
-    done: AtomicU64,
-    job: Mutex<Option<Job>>,
-    reply: Mutex<Option<Reply>>,
-}
-
-/// Locks `m`, also when a thread panicked while holding it (nothing here
-/// holds a lock across code that can panic).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// What the threads share.
-#[derive(Debug)]
-struct Control {
-    stop: StopControl,
-    shutdown: AtomicBool,
-    coordinator: Thread,
-    slots: Vec<Slot>,
-    vcpus: u32,
-    params: LinuxParams,
-}
 
 /// Why a wait ended early.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,12 +89,25 @@ pub struct Setup {
     pub params: LinuxParams,
 }
 
+/// Thread 0's TSC, kept by the coordinator between rounds.
+#[derive(Clone, Copy, Debug)]
+struct Cpu0 {
+    offset: u64,
+    adjust: u64,
+}
+
 /// A run's threads.
 #[derive(Debug)]
 pub struct Workers {
     ctl: Arc<Control>,
+    /// Threads 1..N.
     handles: Vec<JoinHandle<()>>,
+    cpu0: Cpu0,
+    /// The coordinator's affinity before it was pinned, restored on drop.
+    restore: Option<Affinity>,
     seq: u64,
+    /// Whether every thread reported the last round (see [`SharedCell`]).
+    clean: bool,
     deadline: Instant,
     timeout: Duration,
     tsc_khz: u32,
@@ -163,10 +118,11 @@ pub struct Workers {
 
 impl Workers {
     /// Starts the threads of a run of `rounds` rounds and pins them as
-    /// planned (a failed pin leaves that thread unpinned and is said in
-    /// [`Workers::pin_failures`]).
+    /// planned, the calling thread as thread 0 (a failed pin leaves that
+    /// thread unpinned and is said in [`Workers::pin_failures`]).
     pub fn start(setup: &Setup, rounds: u32) -> Result<Workers, RunError> {
         let deadline_tsc = AtomicU64::new(tsc_deadline(setup.tsc_khz, setup.timeout));
+        let spin_cycles = u64::from(setup.tsc_khz).saturating_mul(SPIN.as_micros() as u64) / 1000;
         let ctl = Arc::new(Control {
             stop: StopControl {
                 abort: AtomicBool::new(false),
@@ -174,23 +130,33 @@ impl Workers {
                 overcommitted: setup.overcommitted,
             },
             shutdown: AtomicBool::new(false),
-            coordinator: std::thread::current(),
             slots: (0..setup.vcpus).map(|_| Slot::default()).collect(),
             vcpus: setup.vcpus,
             params: setup.params,
+            shared: SharedCell::default(),
+            spin_cycles,
         });
+        let n = setup.vcpus as usize;
         let mut w = Workers {
             ctl,
-            handles: Vec::with_capacity(setup.vcpus as usize),
+            handles: Vec::with_capacity(n.saturating_sub(1)),
+            cpu0: Cpu0 {
+                offset: setup.offsets.first().copied().unwrap_or(0),
+                adjust: 0,
+            },
+            restore: None,
             seq: 0,
+            clean: true,
             deadline: Instant::now() + setup.timeout,
             timeout: setup.timeout,
             tsc_khz: setup.tsc_khz,
             rounds,
-            pinned: Vec::with_capacity(setup.vcpus as usize),
+            pinned: Vec::with_capacity(n),
             pin_failures: Vec::new(),
         };
-        for k in 0..setup.vcpus {
+        // The others first: they inherit this thread's mask before it is
+        // pinned.
+        for k in 1..setup.vcpus {
             let ctl = w.ctl.clone();
             let offset = setup.offsets.get(k as usize).copied().unwrap_or(0);
             // On failure `w` drops here and ends the threads already started.
@@ -198,25 +164,44 @@ impl Workers {
                 .name(format!("tsc-host-{k}"))
                 .spawn(move || worker(&ctl, k, offset))
                 .map_err(RunError::Spawn)?;
-            let pinned = match setup.plan.get(k as usize).copied().flatten() {
-                Some(cpu) => match affinity::pin(handle.as_pthread_t(), cpu) {
-                    Ok(()) => Some(cpu),
-                    Err(e) => {
-                        w.pin_failures
-                            .push(format!("thread {k} could not be pinned to CPU {cpu}: {e}"));
-                        None
-                    }
-                },
-                None => None,
-            };
-            w.pinned.push(pinned);
             w.handles.push(handle);
         }
+        w.pin_all(&setup.plan);
         Ok(w)
     }
 
+    /// Pins thread k to `plan[k]`: the coordinator (thread 0) after saving
+    /// its affinity, the others by their handles.
+    fn pin_all(&mut self, plan: &[Option<u32>]) {
+        let threads = (0..plan.len()).map(|k| match k {
+            // SAFETY: pthread_self has no arguments and always succeeds.
+            0 => unsafe { libc::pthread_self() },
+            k => self.handles[k - 1].as_pthread_t(),
+        });
+        let threads: Vec<libc::pthread_t> = threads.collect();
+        for (k, (&t, cpu)) in threads.iter().zip(plan).enumerate() {
+            let pinned = match cpu {
+                Some(cpu) => {
+                    if k == 0 {
+                        self.restore = Affinity::of_current();
+                    }
+                    match affinity::pin(t, *cpu) {
+                        Ok(()) => Some(*cpu),
+                        Err(e) => {
+                            self.pin_failures
+                                .push(format!("thread {k} could not be pinned to CPU {cpu}: {e}"));
+                            None
+                        }
+                    }
+                }
+                None => None,
+            };
+            self.pinned.push(pinned);
+        }
+    }
+
     /// Re-arms the deadline: what follows must be done within `timeout`
-    /// from now (every thread is parked).
+    /// from now (every thread is waiting for a job).
     pub fn rearm(&mut self, timeout: Duration) {
         self.deadline = Instant::now() + timeout;
         self.timeout = timeout;
@@ -238,13 +223,15 @@ impl Workers {
         &self.ctl.slots[k]
     }
 
-    /// Hands `job` to thread `k` as job number `seq`.
+    /// Hands `job` to thread `k` (1..N) as job number `seq`.
     fn post(&self, k: usize, seq: u64, job: Job) {
         let slot = self.slot(k);
         *lock(&slot.job) = Some(job);
-        slot.posted.0.store(seq, Ordering::Release);
-        if let Some(h) = self.handles.get(k) {
-            h.thread().unpark();
+        slot.posted.0.store(seq, Ordering::SeqCst);
+        if slot.sleeping.load(Ordering::SeqCst) {
+            if let Some(h) = self.handles.get(k - 1) {
+                h.thread().unpark();
+            }
         }
     }
 
@@ -252,19 +239,30 @@ impl Workers {
         lock(&self.slot(k).reply).take()
     }
 
-    /// Waits until the threads `ks` have done job `seq`: parked between
-    /// looks, or (`spin`) yielding, for the quick hand-off of a readback. A
-    /// stop request or the deadline aborts the threads; the wait then lasts
+    /// Waits, spinning, until the threads `ks` have done job `seq`. A stop
+    /// request or the deadline aborts the threads; the wait then lasts
     /// until they have reported (at most [`GRACE`] more) and says why.
-    fn wait(&self, ks: std::ops::Range<usize>, seq: u64, spin: bool) -> Result<(), Ended> {
+    fn wait(&self, ks: std::ops::Range<usize>, seq: u64) -> Result<(), Ended> {
         let mut ended: Option<(Instant, Ended)> = None;
+        let mut spins = 0u32;
         loop {
             let all = ks
                 .clone()
-                .all(|k| self.slot(k).done.load(Ordering::Acquire) == seq);
+                .all(|k| self.slot(k).done.0.load(Ordering::Acquire) == seq);
+            if all {
+                return ended.map_or(Ok(()), |(_, why)| Err(why));
+            }
+            spins = spins.wrapping_add(1);
+            if self.ctl.stop.overcommitted {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+            if spins % CLOCK_EVERY != 0 {
+                continue;
+            }
             let now = Instant::now();
             match ended {
-                _ if all => return ended.map_or(Ok(()), |(_, why)| Err(why)),
                 Some((at, why)) if now.duration_since(at) > GRACE => return Err(why),
                 Some(_) => {}
                 None => {
@@ -280,22 +278,17 @@ impl Workers {
                     }
                 }
             }
-            if spin {
-                std::thread::yield_now();
-            } else {
-                std::thread::park_timeout(POLL);
-            }
         }
     }
 
     /// The error of a wait that ended early in `round`, `missing` being the
-    /// threads that did not finish (with `shared`, the round's state).
+    /// threads that did not finish (with `variant`, the round's).
     fn ended(
         &self,
         why: Ended,
         round: u32,
         missing: &[usize],
-        shared: Option<(&RoundShared, Variant)>,
+        variant: Option<Variant>,
     ) -> RunError {
         if let Ended::Signal(signal) = why {
             return RunError::interrupted(signal, round);
@@ -310,15 +303,43 @@ impl Workers {
                 (k as u32, Some(Progress::decode(word, self.rounds)))
             })
             .collect();
-        let semaphore = shared
-            .filter(|(_, v)| *v != Variant::LinuxTscSync)
-            .map(|(s, _)| s.xen.semaphore.load(Ordering::Relaxed));
+        let semaphore = variant.filter(|v| *v != Variant::LinuxTscSync).map(|_| {
+            // SAFETY: only the atomic semaphore is read, through a shared
+            // reference; the coordinator writes the cell only between rounds
+            // (see SharedCell), never while it reads here.
+            unsafe { &*self.ctl.shared.0.get() }
+                .xen
+                .semaphore
+                .load(Ordering::Relaxed)
+        });
         RunError::Timeout(Stall {
             round,
             missing,
             semaphore,
             timeout: self.timeout,
         })
+    }
+
+    /// Thread 0's part of round `round`, on this thread.
+    fn own_part(&mut self, round: u32, variant: Variant) -> Reply {
+        let ctl = &*self.ctl;
+        let mut cpu = ThreadCpu::resumed(
+            self.cpu0.offset,
+            self.cpu0.adjust,
+            &ctl.stop,
+            &ctl.slots[0].progress.0,
+        );
+        // SAFETY: a shared borrow for the round, as every thread's (see
+        // SharedCell); the cell is not written until the round is over.
+        let shared = unsafe { &*ctl.shared.0.get() };
+        let run = catch_unwind(AssertUnwindSafe(|| {
+            one_round(&mut cpu, 0, ctl.vcpus, round, variant, shared, ctl.params)
+        }));
+        self.cpu0 = Cpu0 {
+            offset: cpu.offset(),
+            adjust: cpu.tsc_adjust(),
+        };
+        reply_of(ctl, run)
     }
 
     /// Runs round `round` of `variant` on every thread with a fresh shared
@@ -332,24 +353,31 @@ impl Workers {
         records: &mut Vec<RoundRecord>,
         syncs: &mut Vec<Option<LinuxSyncResult>>,
     ) -> Result<(), RunError> {
-        let n = self.handles.len();
-        let shared = Arc::new(RoundShared::default());
+        if !self.clean {
+            // A thread that did not report its last round may still use
+            // the shared state: no round can run on it.
+            return Err(RunError::Lost(0));
+        }
+        // SAFETY: every thread reported the last round (`clean`), so none
+        // holds a reference into the cell, and none gets one before the
+        // round is posted below (see SharedCell).
+        unsafe { *self.ctl.shared.0.get() = RoundShared::default() };
+        let n = self.ctl.slots.len();
         self.seq += 1;
         let seq = self.seq;
-        for k in 0..n {
-            let job = Job::Round {
-                round,
-                variant,
-                shared: shared.clone(),
-            };
-            self.post(k, seq, job);
+        for k in 1..n {
+            self.post(k, seq, Job::Round { round, variant });
         }
-        let waited = self.wait(0..n, seq, false);
+        let own = self.own_part(round, variant);
+        let waited = self.wait(1..n, seq);
         records.clear();
         syncs.clear();
         let (mut missing, mut panicked) = (Vec::new(), None);
-        for k in 0..n {
-            match self.take_reply(k) {
+        for (k, reply) in std::iter::once(Some(own))
+            .chain((1..n).map(|k| self.take_reply(k)))
+            .enumerate()
+        {
+            match reply {
                 Some(Reply::Round(out)) => {
                     records.push(out.record);
                     syncs.push(out.sync);
@@ -361,6 +389,8 @@ impl Workers {
                 _ => missing.push(k),
             }
         }
+        // Threads that never answered may still be in the round.
+        self.clean = (1..n).all(|k| self.slot(k).done.0.load(Ordering::Acquire) == seq);
         if let Some(k) = panicked {
             return Err(RunError::Lost(k));
         }
@@ -372,22 +402,34 @@ impl Workers {
             w => w,
         };
         if let Err(why) = waited {
-            return Err(self.ended(why, round, &missing, Some((&shared, variant))));
+            return Err(self.ended(why, round, &missing, Some(variant)));
         }
         Ok(())
     }
 
-    /// Reads every (parked) thread's TSC state, one thread at a time, into
-    /// `out`: the exact offset and the simulated TSC_ADJUST, and the thread's
-    /// TSC read on its own CPU between two reads of the coordinator's.
+    /// Reads every thread's TSC state, one thread at a time, into `out`:
+    /// the exact offset and the simulated TSC_ADJUST, and the thread's TSC
+    /// read on its own CPU between two reads of the coordinator's.
     pub fn read_back_into(&mut self, round: u32, out: &mut Vec<TscState>) -> Result<(), RunError> {
         out.clear();
-        for k in 0..self.handles.len() {
+        let host_before = host_rdtsc();
+        let raw_tsc = host_rdtsc();
+        let host_after = host_rdtsc();
+        out.push(self.state(
+            ThreadState {
+                raw_tsc,
+                offset: self.cpu0.offset,
+                adjust: self.cpu0.adjust,
+            },
+            host_before,
+            host_after,
+        ));
+        for k in 1..self.ctl.slots.len() {
             self.seq += 1;
             let seq = self.seq;
             let host_before = host_rdtsc();
             self.post(k, seq, Job::Read);
-            let waited = self.wait(k..k + 1, seq, true);
+            let waited = self.wait(k..k + 1, seq);
             let host_after = host_rdtsc();
             let reply = self.take_reply(k);
             if let Err(why) = waited {
@@ -396,25 +438,32 @@ impl Workers {
             let Some(Reply::State(s)) = reply else {
                 return Err(RunError::Lost(k as u32));
             };
-            out.push(TscState {
-                adjust: s.adjust,
-                tsc: s.raw_tsc.wrapping_add(s.offset),
-                host_before,
-                host_after,
-                offset: Some(s.offset),
-                tsc_khz: self.tsc_khz,
-            });
+            out.push(self.state(s, host_before, host_after));
         }
         Ok(())
+    }
+
+    fn state(&self, s: ThreadState, host_before: u64, host_after: u64) -> TscState {
+        TscState {
+            adjust: s.adjust,
+            tsc: s.raw_tsc.wrapping_add(s.offset),
+            host_before,
+            host_after,
+            offset: Some(s.offset),
+            tsc_khz: self.tsc_khz,
+        }
     }
 }
 
 impl Drop for Workers {
     fn drop(&mut self) {
         self.ctl.stop.abort.store(true, Ordering::Relaxed);
-        self.ctl.shutdown.store(true, Ordering::Release);
+        self.ctl.shutdown.store(true, Ordering::SeqCst);
         for h in &self.handles {
             h.thread().unpark();
+        }
+        if let Some(a) = self.restore.take() {
+            a.restore();
         }
         let until = Instant::now() + GRACE;
         while self.handles.iter().any(|h| !h.is_finished()) && Instant::now() < until {
@@ -424,7 +473,10 @@ impl Drop for Workers {
             if h.is_finished() {
                 let _ = h.join();
             } else {
-                log::warn!("host thread {k} did not end within {GRACE:?}; left running");
+                log::warn!(
+                    "host thread {} did not end within {GRACE:?}; left running",
+                    k + 1
+                );
             }
         }
     }
@@ -434,64 +486,4 @@ impl Drop for Workers {
 fn tsc_deadline(tsc_khz: u32, timeout: Duration) -> u64 {
     let cycles = u128::from(tsc_khz) * timeout.as_millis();
     host_rdtsc().saturating_add(u64::try_from(cycles).unwrap_or(u64::MAX))
-}
-
-/// The next job after job `last`; `None` once the run shuts down.
-fn next_job(ctl: &Control, slot: &Slot, last: u64) -> Option<(u64, Job)> {
-    loop {
-        if ctl.shutdown.load(Ordering::Acquire) {
-            return None;
-        }
-        let seq = slot.posted.0.load(Ordering::Acquire);
-        if seq != last {
-            return lock(&slot.job).take().map(|job| (seq, job));
-        }
-        std::thread::park_timeout(POLL);
-    }
-}
-
-/// One thread's life: jobs until the run shuts down.
-fn worker(ctl: &Control, index: u32, offset: u64) {
-    let Some(slot) = ctl.slots.get(index as usize) else {
-        return;
-    };
-    let mut cpu = ThreadCpu::new(offset, &ctl.stop, &slot.progress.0);
-    let mut last = 0;
-    while let Some((seq, job)) = next_job(ctl, slot, last) {
-        last = seq;
-        let reply = match job {
-            Job::Read => Reply::State(ThreadState {
-                raw_tsc: host_rdtsc(),
-                offset: cpu.offset(),
-                adjust: cpu.tsc_adjust(),
-            }),
-            Job::Round {
-                round,
-                variant,
-                shared,
-            } => {
-                let (vcpus, params) = (ctl.vcpus, ctl.params);
-                let run = catch_unwind(AssertUnwindSafe(|| {
-                    one_round(&mut cpu, index, vcpus, round, variant, &shared, params)
-                }));
-                match run {
-                    Ok(out) => Reply::Round(Box::new(out)),
-                    Err(p) if p.is::<Aborted>() => Reply::Aborted,
-                    Err(p) => {
-                        // A bug: stop the others at once.
-                        ctl.stop.abort.store(true, Ordering::Relaxed);
-                        let msg = p
-                            .downcast_ref::<&str>()
-                            .map(|s| s.to_string())
-                            .or_else(|| p.downcast_ref::<String>().cloned())
-                            .unwrap_or_default();
-                        Reply::Panicked(msg)
-                    }
-                }
-            }
-        };
-        *lock(&slot.reply) = Some(reply);
-        slot.done.store(seq, Ordering::Release);
-        ctl.coordinator.unpark();
-    }
 }

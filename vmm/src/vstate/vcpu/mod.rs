@@ -1,8 +1,9 @@
 //! One host thread per vCPU: the KVM_RUN loop, exit handling, readback, and
 //! race-free stopping.
 //!
-//! A vCPU thread does what the coordinator tells it ([`Command`]) and answers
-//! with [`Event`]s. It runs the guest until the guest reports the end of a
+//! A vCPU thread does what the coordinator tells it ([`Command`], through its
+//! [`handoff::Mailbox`]) and answers with [`Event`]s (counted by the
+//! [`handoff::Hub`]). It runs the guest until the guest reports the end of a
 //! round (then it is parked outside KVM_RUN until told otherwise), reads its
 //! own TSC state back on request, and turns every exit it does not expect
 //! into an error naming the vCPU, the exit and the registers.
@@ -13,7 +14,7 @@
 //! outside it sees the flag: no window in which a kick is lost.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -22,10 +23,12 @@ use kvm_ioctls::{VcpuExit, VcpuFd};
 use tsc_contract::ports;
 
 pub mod error;
+pub mod handoff;
 pub mod state;
 
 use crate::tsc::{self, TscError, TscState};
 use error::{GuestPanic, Regs, RegsSnapshot, Suberror, VcpuError, Vector};
+use handoff::{Hub, Mailbox};
 use state::Saved;
 
 use super::kick::Kicker;
@@ -35,6 +38,12 @@ use super::kick::Kicker;
 pub enum Command {
     /// Run the guest until it reports the next round, or the end.
     Run,
+    /// As [`Command::Run`], and when the guest reports the end of a round,
+    /// read this vCPU's TSC state back at once ([`Event::RoundDone`]'s
+    /// `state`): the vCPU is parked outside KVM_RUN then, its round done, so
+    /// nothing can change that state before the next `Run`. Saves the
+    /// coordinator a second hand-off per vCPU and round.
+    RunReadback,
     /// Read this vCPU's TSC state back (the vCPU is parked).
     Readback,
     /// Read one MSR through KVM_GET_MSRS (the vCPU is parked).
@@ -60,6 +69,9 @@ pub enum Event {
         vcpu: u32,
         /// The round the guest reported.
         round: u32,
+        /// After [`Command::RunReadback`]: the vCPU's TSC state read right
+        /// after the exit, or why it could not be read.
+        state: Option<Result<TscState, TscError>>,
     },
     /// Command mode: the guest finished command number `seq` (0: none yet,
     /// it is ready for the first) and is parked.
@@ -115,8 +127,11 @@ pub enum Event {
 pub struct VcpuThread {
     index: u32,
     fd: VcpuFd,
-    commands: Receiver<Command>,
+    mailbox: Arc<Mailbox<Command>>,
+    /// Whether to spin for the next command before parking.
+    spin: bool,
     events: Sender<Event>,
+    hub: Arc<Hub>,
     stop: Arc<AtomicBool>,
     offsets: tsc::OffsetReader,
     console: Vec<u8>,
@@ -136,13 +151,26 @@ enum RunEnd {
     End(Event),
 }
 
+/// How a vCPU thread talks to the coordinator: its mailbox (and whether to
+/// spin for the next command), the events' channel and their hub.
+pub struct Link {
+    /// This thread's commands.
+    pub mailbox: Arc<Mailbox<Command>>,
+    /// Whether to spin for the next command before parking (not when the
+    /// vCPUs outnumber the host's cores).
+    pub spin: bool,
+    /// Where the events go.
+    pub events: Sender<Event>,
+    /// Their count.
+    pub hub: Arc<Hub>,
+}
+
 impl VcpuThread {
     /// Prepares vCPU `index`'s thread; returns it and its kicker.
     pub fn new(
         index: u32,
         mut fd: VcpuFd,
-        commands: Receiver<Command>,
-        events: Sender<Event>,
+        link: Link,
         offsets: tsc::OffsetReader,
     ) -> (VcpuThread, Kicker) {
         let stop = Arc::new(AtomicBool::new(false));
@@ -151,8 +179,10 @@ impl VcpuThread {
             VcpuThread {
                 index,
                 fd,
-                commands,
-                events,
+                mailbox: link.mailbox,
+                spin: link.spin,
+                events: link.events,
+                hub: link.hub,
                 stop,
                 offsets,
                 console: Vec::new(),
@@ -173,21 +203,21 @@ impl VcpuThread {
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve()));
         if caught.is_err() {
             let _ = self.events.send(Event::Stopped { vcpu: self.index });
+            self.hub.notify(true);
         }
         self.fd
     }
 
     fn serve(&mut self) {
-        while let Ok(cmd) = self.commands.recv() {
+        let mut last = 0;
+        loop {
+            let cmd = self.mailbox.next(&mut last, self.spin);
             let (event, end) = match cmd {
                 Command::Stop => break,
                 Command::Readback => (
                     Event::Readback {
                         vcpu: self.index,
-                        state: match &mut self.msrs {
-                            Some(m) => tsc::read_with(&self.fd, &self.offsets, m),
-                            None => tsc::read(&self.fd, &self.offsets),
-                        },
+                        state: self.read_state(),
                     },
                     false,
                 ),
@@ -226,14 +256,32 @@ impl VcpuThread {
                     },
                     false,
                 ),
-                Command::Run => match self.run_guest() {
+                Command::Run | Command::RunReadback => match self.run_guest() {
+                    RunEnd::Park(Event::RoundDone { vcpu, round, .. })
+                        if cmd == Command::RunReadback =>
+                    {
+                        let state = Some(self.read_state());
+                        (Event::RoundDone { vcpu, round, state }, false)
+                    }
                     RunEnd::Park(e) => (e, false),
                     RunEnd::End(e) => (e, true),
                 },
             };
-            if self.events.send(event).is_err() || end {
+            if self.events.send(event).is_err() {
                 break;
             }
+            self.hub.notify(end);
+            if end {
+                break;
+            }
+        }
+    }
+
+    /// This (parked) vCPU's TSC state, through the reusable MSR buffer.
+    fn read_state(&mut self) -> Result<TscState, TscError> {
+        match &mut self.msrs {
+            Some(m) => tsc::read_with(&self.fd, &self.offsets, m),
+            None => tsc::read(&self.fd, &self.offsets),
         }
     }
 
@@ -356,10 +404,15 @@ impl VcpuThread {
 
     /// Handles an `out`; `Some` ends this `Run`.
     fn handle_out(&mut self, port: u16, len: usize, value: u32) -> Option<RunEnd> {
-        let expected_len = if port == ports::CONSOLE { 1 } else { 4 };
+        let expected_len = if port == ports::CONSOLE || port == ports::YIELD {
+            1
+        } else {
+            4
+        };
         let known = matches!(
             port,
             ports::CONSOLE
+                | ports::YIELD
                 | ports::ROUND_DONE
                 | ports::COMMAND_DONE
                 | ports::DONE
@@ -378,9 +431,17 @@ impl VcpuThread {
                 self.console_byte(value as u8);
                 None
             }
+            ports::YIELD => {
+                // A spin-wait's `pause`, rewritten by the VMM (more vCPUs
+                // than host cores): let a vCPU that can move on run (as
+                // pause-loop exiting would).
+                std::thread::yield_now();
+                None
+            }
             ports::ROUND_DONE => Some(RunEnd::Park(Event::RoundDone {
                 vcpu: self.index,
                 round: value,
+                state: None,
             })),
             ports::COMMAND_DONE => Some(RunEnd::Park(Event::CommandDone {
                 vcpu: self.index,

@@ -1,0 +1,188 @@
+//! The hand-off between the pool (the coordinator) and its vCPU threads,
+//! without a system call on the common path of a round.
+//!
+//! - Commands go through each vCPU thread's [`Mailbox`]: the coordinator
+//!   stores the command and bumps `posted`. A vCPU thread that has just
+//!   reported spins for its next command for [`SPIN`], yielding its CPU in
+//!   every spin (the coordinator needs one between two rounds), then parks;
+//!   only then does the coordinator have to unpark it (`sleeping` says so).
+//!   With more vCPUs than host cores the threads park at once.
+//! - Events go through the pool's channel; the [`Hub`] counts them, and the
+//!   coordinator sleeps until as many as it waits for have been sent: the
+//!   vCPU thread whose event completes that count (or any thread that ends)
+//!   unparks it, once, instead of every event waking it.
+//!
+//! Both use the same pattern against lost wake-ups: the sleeper publishes
+//! that it sleeps, then looks again; the waker publishes its news, then
+//! looks whether someone sleeps (every access sequentially consistent, so
+//! at least one of the two sees the other's store).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+/// How long a vCPU thread spins for its next command before it parks.
+pub const SPIN: Duration = Duration::from_millis(1);
+
+/// How long a park lasts at most before the sleeper looks again.
+const PARK: Duration = Duration::from_millis(50);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One vCPU thread's commands (of type `C`).
+#[derive(Debug)]
+pub struct Mailbox<C> {
+    posted: AtomicU64,
+    command: Mutex<C>,
+    sleeping: AtomicBool,
+}
+
+impl<C: Copy> Mailbox<C> {
+    /// An empty mailbox (`initial` is never handed out: only what is
+    /// posted is).
+    pub fn new(initial: C) -> Mailbox<C> {
+        Mailbox {
+            posted: AtomicU64::new(0),
+            command: Mutex::new(initial),
+            sleeping: AtomicBool::new(false),
+        }
+    }
+
+    /// The coordinator: hands `cmd` to the vCPU thread `thread` (replacing
+    /// one it has not taken yet) and wakes it if it sleeps.
+    pub fn post(&self, cmd: C, thread: &Thread) {
+        *lock(&self.command) = cmd;
+        self.posted.fetch_add(1, Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) {
+            thread.unpark();
+        }
+    }
+
+    /// The vCPU thread: the command posted after the one numbered `last`
+    /// (which it updates), spinning for [`SPIN`] first when `spin`.
+    pub fn next(&self, last: &mut u64, spin: bool) -> C {
+        let start = Instant::now();
+        let mut spinning = spin;
+        loop {
+            let seq = self.posted.load(Ordering::SeqCst);
+            if seq != *last {
+                *last = seq;
+                return *lock(&self.command);
+            }
+            if spinning {
+                std::thread::yield_now();
+                spinning = start.elapsed() < SPIN;
+                continue;
+            }
+            self.sleeping.store(true, Ordering::SeqCst);
+            if self.posted.load(Ordering::SeqCst) == *last {
+                std::thread::park_timeout(PARK);
+            }
+            self.sleeping.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The events' count, and who waits for them.
+#[derive(Debug)]
+pub struct Hub {
+    /// Events sent so far (each counted after it is in the channel).
+    sent: AtomicU64,
+    /// The count the coordinator waits for.
+    target: AtomicU64,
+    waiting: AtomicBool,
+    /// The thread that drives the pool (the one that created the hub).
+    coordinator: Thread,
+}
+
+impl Hub {
+    /// A hub whose coordinator is the calling thread.
+    pub fn new() -> Hub {
+        Hub {
+            sent: AtomicU64::new(0),
+            target: AtomicU64::new(u64::MAX),
+            waiting: AtomicBool::new(false),
+            coordinator: std::thread::current(),
+        }
+    }
+
+    /// The vCPU thread, after it has sent an event: wakes the coordinator
+    /// when this event completes what it waits for, or at once when
+    /// `urgent` (the thread ends).
+    pub fn notify(&self, urgent: bool) {
+        let count = self.sent.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.waiting.load(Ordering::SeqCst)
+            && (urgent || count >= self.target.load(Ordering::SeqCst))
+        {
+            self.coordinator.unpark();
+        }
+    }
+
+    /// The coordinator, having received `received` events: sleeps until
+    /// `received + wanted` have been sent, or `timeout` (or a spurious
+    /// wake-up: the caller looks again). Called from another thread than
+    /// the one that created the hub, nobody wakes it: it sleeps 1 ms at
+    /// most and looks again.
+    pub fn wait(&self, received: u64, wanted: u64, timeout: Duration) {
+        let target = received.saturating_add(wanted);
+        let timeout = if self.coordinator.id() == std::thread::current().id() {
+            timeout
+        } else {
+            timeout.min(Duration::from_millis(1))
+        };
+        self.target.store(target, Ordering::SeqCst);
+        self.waiting.store(true, Ordering::SeqCst);
+        if self.sent.load(Ordering::SeqCst) < target {
+            std::thread::park_timeout(timeout);
+        }
+        self.waiting.store(false, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Command {
+        Run,
+        Readback,
+        Stop,
+    }
+
+    /// A command posted while the thread sleeps wakes it; one posted while
+    /// it spins is taken without a wake-up; the hub wakes the coordinator
+    /// once the events it waits for are in.
+    #[test]
+    fn commands_and_events_are_handed_over() {
+        let mb = Arc::new(Mailbox::new(Command::Stop));
+        let hub = Arc::new(Hub::new());
+        let (m, h) = (mb.clone(), hub.clone());
+        let t = std::thread::spawn(move || {
+            let mut last = 0;
+            let mut seen = Vec::new();
+            for spin in [false, true, true] {
+                let c = m.next(&mut last, spin);
+                seen.push(c);
+                h.notify(false);
+            }
+            seen
+        });
+        let thread = t.thread().clone();
+        for (received, cmd) in [Command::Run, Command::Readback, Command::Stop]
+            .into_iter()
+            .enumerate()
+        {
+            mb.post(cmd, &thread);
+            while hub.sent.load(Ordering::SeqCst) <= received as u64 {
+                hub.wait(received as u64, 1, Duration::from_millis(100));
+            }
+        }
+        let seen = t.join().expect("the thread ends");
+        assert_eq!(seen, [Command::Run, Command::Readback, Command::Stop]);
+    }
+}
