@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::{RunSummary, SCHEMA};
 use crate::analysis::RoundResult;
 use crate::host::HostInfo;
+use crate::tsc::clock_points::ClockPoints;
 
 /// Where a [`JsonStream`] is in the document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +38,10 @@ pub struct RunTail<'a> {
     pub summary: &'a RunSummary,
     /// Observations about the run as a whole.
     pub notes: &'a [String],
+    /// `--kvmclock` (KVM): KVM_GET_CLOCK at the run's fixed points; absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kvm_clock: Option<&'a ClockPoints>,
 }
 
 fn json<T: Serialize + ?Sized>(v: &T) -> io::Result<String> {
@@ -192,6 +197,7 @@ mod tests {
                 writes_honoured: acc.writes_honoured(),
                 summary: &summary,
                 notes: &["a note".to_string()],
+                kvm_clock: None,
             })
             .expect("tail");
         }

@@ -235,6 +235,9 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
     if v.summary.kvmclock_jump_ns.is_some() {
         stat_row(out, "|kvmclock jump| (ns)", &v.summary.kvmclock_jump_ns);
     }
+    if let Some(p) = &v.kvm_clock {
+        let _ = writeln!(out, "  {}", super::kvm_clock::line(p));
+    }
     if let Some(d) = v.summary.precision_digits {
         let _ = writeln!(out, "  {}", precision_line(d));
     }
