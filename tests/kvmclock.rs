@@ -2,8 +2,10 @@
 //! writing vCPU of every round reports its kvmclock across its write, the
 //! numbers hold together (the jump is the advance minus the time that
 //! passed, the move is the exact offsets' change), the summary counts what
-//! the rounds measured, and `compare` compares it as a fourth metric. Without
-//! the flag nothing of it is written; the host backend refuses it.
+//! the rounds measured, and `compare` compares it as a fourth metric; `run`
+//! also reports KVM_GET_CLOCK on the fresh VM and after its first and last
+//! rounds. Without the flag nothing of it is written; the host backend
+//! refuses it.
 
 mod common;
 
@@ -130,6 +132,106 @@ fn run_kvmclock_reports_every_writers_jump_beside_the_skew() {
     // Without the flag nothing of it is written.
     let plain = tool(&["run", "--rounds", "2", "--json", "--variant", "xen-head"]);
     assert!(!String::from_utf8_lossy(&plain.stdout).contains("kvmclock"));
+    assert!(!String::from_utf8_lossy(&plain.stdout).contains("kvm_clock"));
+}
+
+/// The samples of a run's `kvm_clock`, in order, each point checked: taken
+/// where it says, a sample bracketed by its host TSC reads with its flags
+/// named, or an error.
+fn clock_samples(k: &Value, last: u64) -> Vec<&Value> {
+    let mut samples = Vec::new();
+    for (name, round) in [
+        ("fresh", None),
+        ("after_first", Some(0)),
+        ("after_last", Some(last)),
+    ] {
+        let p = &k[name];
+        assert!(p.is_object(), "{name} taken: {k}");
+        assert_eq!(p["after_round"].as_u64(), round, "{name}: {p}");
+        if let Some(e) = p["error"].as_str() {
+            assert!(!e.is_empty() && p.get("clock_ns").is_none(), "{name}: {p}");
+            eprintln!("{name}: {e}");
+            continue;
+        }
+        let (before, after) = (p["host_before"].as_u64(), p["host_after"].as_u64());
+        assert!(before.is_some() && before <= after, "{name}: {p}");
+        let flags = p["flags"].as_u64().expect("flags");
+        let named = |n: &str| {
+            p["flag_names"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x == n))
+        };
+        for (bit, n) in [
+            (2, "KVM_CLOCK_TSC_STABLE"),
+            (4, "KVM_CLOCK_REALTIME"),
+            (8, "KVM_CLOCK_HOST_TSC"),
+        ] {
+            assert_eq!(flags & bit != 0, named(n), "{name}: {p}");
+        }
+        samples.push(p);
+    }
+    samples
+}
+
+#[test]
+fn run_kvmclock_reports_kvm_get_clock_on_the_fresh_vm_and_after_the_first_and_last_rounds() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let doc = json_of(&tool(&[
+        "run",
+        "--vcpus",
+        "2",
+        "--rounds",
+        "3",
+        "--json",
+        "--kvmclock",
+        "--variant",
+        "xen-head",
+    ]));
+    validate(&doc, include_str!("../vmm/schema/run-v1.json"));
+    let k = &doc["runs"][0]["kvm_clock"];
+    let samples = clock_samples(k, 2);
+    // The VM-wide kvmclock never goes back, whatever the guest wrote to its
+    // TSCs; nor do the host's clocks where every point has them.
+    let never_back = |field: &str| {
+        let v: Vec<u64> = samples.iter().filter_map(|p| p[field].as_u64()).collect();
+        assert!(v.windows(2).all(|w| w[0] <= w[1]), "{field}: {k}");
+    };
+    never_back("clock_ns");
+    for (bit, field) in [(4, "realtime_ns"), (8, "host_tsc")] {
+        if samples
+            .iter()
+            .all(|p| p["flags"].as_u64().unwrap_or(0) & bit != 0)
+        {
+            never_back(field);
+        }
+    }
+    let stable: Vec<bool> = samples
+        .iter()
+        .map(|p| p["flags"].as_u64().unwrap_or(0) & 2 != 0)
+        .collect();
+    let changed = (stable.len() >= 2).then(|| stable.windows(2).any(|w| w[0] != w[1]));
+    assert_eq!(k["tsc_stable_changed"].as_bool(), changed, "{k}");
+    // The readable report says it in one line.
+    let text = tool(&[
+        "run",
+        "--rounds",
+        "2",
+        "--kvmclock",
+        "--variant",
+        "xen-head",
+    ]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("KVM_GET_CLOCK: fresh VM "))
+        .unwrap_or_else(|| panic!("no KVM_GET_CLOCK line: {text}"));
+    assert!(
+        line.contains(", after round #0 ") && line.contains(", after round #1 "),
+        "{line}"
+    );
+    assert!(line.contains("KVM_CLOCK_TSC_STABLE"), "{line}");
 }
 
 #[test]

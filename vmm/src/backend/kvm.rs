@@ -14,6 +14,8 @@ use crate::guest_image;
 use crate::host::{HostInfo, Pacing};
 use crate::initial_skew::{targets, SkewError};
 use crate::options::RunOptions;
+use crate::tsc::clock::{get_clock, ClockSample};
+use crate::tsc::clock_points::{ClockPoint, ClockPoints};
 use crate::tsc::{self, TscState};
 use crate::vstate::vm::{self, Vm, VmSpec};
 use crate::vstate::{memory, spin, sync_area, VcpuPool, VmError};
@@ -36,6 +38,11 @@ pub struct KvmBackend {
     kvmclock_asked: bool,
     /// How the run is paced.
     pacing: Pacing,
+    /// `--kvmclock`: KVM_GET_CLOCK at the run's fixed points so far
+    /// (`None` without it).
+    clock_points: Option<ClockPoints>,
+    /// The last round run.
+    last_round: Option<u32>,
 }
 
 impl KvmBackend {
@@ -76,13 +83,28 @@ impl KvmBackend {
         };
         let timeout = opts.round_timeout.unwrap_or(opts.timeout);
         let breaker = pacing == Pacing::SpinBreaker;
+        // The fresh VM's clock, before any vCPU thread starts.
+        let clock_points = opts.kvmclock.then(|| ClockPoints {
+            fresh: Some(ClockPoint::new(None, get_clock(&machine.fd))),
+            ..ClockPoints::default()
+        });
         Ok(KvmBackend {
             pool: VcpuPool::start_with(machine, timeout, rounds, breaker)?,
             current: first,
             guest_view: opts.guest_view.unwrap_or(0),
             kvmclock_asked: opts.kvmclock,
             pacing,
+            clock_points,
+            last_round: None,
         })
+    }
+
+    /// KVM_GET_CLOCK now.
+    fn clock(&self) -> Result<ClockSample, String> {
+        match self.pool.vm_fd() {
+            Some(fd) => get_clock(fd),
+            None => Err("the VM is gone".into()),
+        }
     }
 }
 
@@ -139,6 +161,17 @@ impl Backend for KvmBackend {
         }
         // Xen starts every calibration with a fresh shared state.
         memory::reset_rendezvous(mem)?;
+        self.last_round = Some(round);
+        if self
+            .clock_points
+            .as_ref()
+            .is_some_and(|p| p.after_first.is_none())
+        {
+            let point = ClockPoint::new(Some(round), self.clock());
+            if let Some(p) = self.clock_points.as_mut() {
+                p.after_first = Some(point);
+            }
+        }
         Ok(())
     }
 
@@ -182,6 +215,15 @@ impl Backend for KvmBackend {
 
     fn spin_breaker(&self) -> bool {
         self.pool.spin_breaker()
+    }
+
+    fn clock_points(&mut self) -> Option<ClockPoints> {
+        let mut points = self.clock_points.take()?;
+        if let Some(round) = self.last_round {
+            points.after_last = Some(ClockPoint::new(Some(round), self.clock()));
+        }
+        points.settle();
+        Some(points)
     }
 }
 

@@ -15,6 +15,7 @@ use tsc_contract::{ClockRecord, HandoffResult, RoundRecord, Variant};
 
 use crate::error::RunError;
 use crate::host::HostInfo;
+use crate::tsc::clock_points::ClockPoints;
 use crate::tsc::TscState;
 use crate::vstate::sync_area::SyncRound;
 
@@ -96,6 +97,14 @@ pub trait Backend {
     /// an initial skew asked for: `offset` is the first one that differs
     /// from CPU 0's `first`.
     fn unequal_start(&self, offset: Option<u64>, first: Option<u64>) -> String;
+
+    /// `--kvmclock`: KVM_GET_CLOCK on the fresh VM, after the first round
+    /// and (taken by this call, after the run's last round, every CPU
+    /// parked) after the last; `None` for a backend without a VM or a run
+    /// without `--kvmclock`.
+    fn clock_points(&mut self) -> Option<ClockPoints> {
+        None
+    }
 
     /// Whether the VMM broke up the guests' spin-waits (more vCPUs than host
     /// cores): how the run was paced.

@@ -262,6 +262,7 @@ pub fn variant_report(variant: &str, facts: RunFacts, acc: &VariantAccumulator) 
         summary: acc.summary(facts.host.tsc_khz),
         notes,
         typical: acc.typical().cloned(),
+        kvm_clock: facts.kvm_clock,
     }
 }
 

@@ -6,6 +6,7 @@
 //! and its typical round, never its rounds.
 
 mod accumulate;
+mod kvm_clock;
 mod model;
 pub mod stream;
 pub mod summary;

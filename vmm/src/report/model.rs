@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::analysis::RoundResult;
 use crate::host::HostInfo;
 use crate::stats::Summary;
+use crate::tsc::clock_points::ClockPoints;
 #[cfg(test)]
 use crate::{stats::summarize, units::cycles_to_ns};
 
@@ -26,6 +27,8 @@ pub struct VariantReport {
     /// The round whose skew was nearest the median as the rounds went by
     /// ([`RunSummary::typical_round`]).
     pub typical: Option<RoundResult>,
+    /// `--kvmclock` (KVM): KVM_GET_CLOCK at the run's fixed points.
+    pub kvm_clock: Option<ClockPoints>,
 }
 
 /// Statistics of one variant over its rounds.

@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::{RunSummary, SCHEMA};
 use crate::analysis::RoundResult;
 use crate::host::HostInfo;
+use crate::tsc::clock_points::ClockPoints;
 
 /// Where a [`JsonStream`] is in the document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +38,10 @@ pub struct RunTail<'a> {
     pub summary: &'a RunSummary,
     /// Observations about the run as a whole.
     pub notes: &'a [String],
+    /// `--kvmclock` (KVM): KVM_GET_CLOCK at the run's fixed points; absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kvm_clock: Option<&'a ClockPoints>,
 }
 
 fn json<T: Serialize + ?Sized>(v: &T) -> io::Result<String> {
@@ -192,6 +197,7 @@ mod tests {
                 writes_honoured: acc.writes_honoured(),
                 summary: &summary,
                 notes: &["a note".to_string()],
+                kvm_clock: None,
             })
             .expect("tail");
         }
@@ -217,5 +223,45 @@ mod tests {
         assert_eq!(runs[0]["summary"]["rounds"], 3);
         assert_eq!(runs[0]["notes"][0], "a note");
         assert_eq!(runs[0]["writes_honoured"], false);
+    }
+
+    /// `--kvmclock`'s KVM_GET_CLOCK points end their run's object; a run
+    /// without them has no `kvm_clock`.
+    #[test]
+    fn a_runs_clock_points_are_in_its_tail_only_when_taken() {
+        use crate::tsc::clock::ClockSample;
+        use crate::tsc::clock_points::{ClockPoint, ClockPoints};
+        let sample = ClockSample {
+            clock_ns: 7,
+            flags: 2,
+            ..ClockSample::default()
+        };
+        let points = ClockPoints {
+            fresh: Some(ClockPoint::new(None, Ok(sample))),
+            ..ClockPoints::default()
+        };
+        let mut s = JsonStream::begin(Vec::new(), 2).expect("head");
+        let summary = VariantAccumulator::new().summary(None);
+        for kvm_clock in [Some(&points), None] {
+            s.begin_run("xen-head", 2).expect("run");
+            s.round(&round(0, 1)).expect("round");
+            s.end_run(&RunTail {
+                writes_honoured: None,
+                summary: &summary,
+                notes: &[],
+                kvm_clock,
+            })
+            .expect("tail");
+        }
+        let bytes = s.end(&host(), 1, None).expect("end");
+        let doc: serde_json::Value = serde_json::from_slice(&bytes).expect("one JSON document");
+        let k = &doc["runs"][0]["kvm_clock"];
+        assert_eq!(k["fresh"]["clock_ns"], 7);
+        assert_eq!(k["fresh"]["flag_names"][0], "KVM_CLOCK_TSC_STABLE");
+        assert!(
+            k["after_last"].is_null() && k["tsc_stable_changed"].is_null(),
+            "{k}"
+        );
+        assert!(doc["runs"][1].get("kvm_clock").is_none(), "{doc}");
     }
 }

@@ -235,6 +235,15 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
     if v.summary.kvmclock_jump_ns.is_some() {
         stat_row(out, "|kvmclock jump| (ns)", &v.summary.kvmclock_jump_ns);
     }
+    variant_tail(out, v);
+}
+
+/// The end of a variant's section: KVM_GET_CLOCK at the run's fixed points
+/// (`--kvmclock`), the precision, the cross-checks and the notes.
+fn variant_tail(out: &mut String, v: &VariantReport) {
+    if let Some(p) = &v.kvm_clock {
+        let _ = writeln!(out, "  {}", super::kvm_clock::line(p));
+    }
     if let Some(d) = v.summary.precision_digits {
         let _ = writeln!(out, "  {}", precision_line(d));
     }

@@ -72,6 +72,8 @@ impl Driver<'_> {
         // loop's error is returned.
         let host = self.host_of(backend, &initial).clone();
         let (notes, max, ran) = looped?;
+        // After the last round, before the CPUs end.
+        let kvm_clock = backend.clock_points();
         if ran == max {
             // Every round ran: let the CPUs end. A run cut short leaves
             // them parked; they are stopped with the backend.
@@ -84,6 +86,7 @@ impl Driver<'_> {
             initial,
             notes,
             spin_breaker: backend.spin_breaker(),
+            kvm_clock,
         })
     }
 

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::analysis::RoundResult;
 use crate::host::HostInfo;
+use crate::tsc::clock_points::ClockPoints;
 use crate::tsc::TscState;
 
 /// What a run says about itself, apart from its rounds.
@@ -22,6 +23,10 @@ pub struct RunFacts {
     /// spin-waits were broken up from the host (see
     /// [`crate::vstate::spin`]).
     pub spin_breaker: bool,
+    /// `--kvmclock` (KVM): KVM_GET_CLOCK on the fresh VM, after the first
+    /// round and after the last; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kvm_clock: Option<ClockPoints>,
 }
 
 /// A whole run: its facts and every round, in order.

@@ -6,6 +6,7 @@
 //! KVM's debugfs) and KVM_GET_TSC_KHZ.
 
 pub mod clock;
+pub mod clock_points;
 pub mod debugfs;
 mod state;
 

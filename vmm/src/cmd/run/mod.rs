@@ -434,6 +434,7 @@ fn one_variant(
                 vcpus: args.vcpus,
                 initial: Vec::new(),
                 spin_breaker: false,
+                kvm_clock: None,
                 notes: vec![match share {
                     Some(_) => format!(
                         "incomplete: {} round(s) completed before the error: {}",

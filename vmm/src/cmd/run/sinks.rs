@@ -87,6 +87,7 @@ impl Json {
                 writes_honoured: v.writes_honoured,
                 summary: &v.summary,
                 notes: &v.notes,
+                kvm_clock: v.kvm_clock.as_ref(),
             };
             if let Err(e) = s.end_run(&tail) {
                 self.fail(e);
