@@ -191,6 +191,11 @@
 //! | docs/restore.md | "**msr** always loses the skew: a host IA32_TSC write" | `tools/qemu-kvm/kernel-matrix-check.py::judge_restore`, `vmm/src/restore/words.rs::a_snapped_offset_is_named_with_whose_offset_it_got` |
 //! | docs/restore.md | "**msr-twice** adds nothing good: on 6.12 vCPU 0's second" | `vmm/src/restore/words.rs::a_second_write_replaced_by_the_first_is_named` |
 //! | docs/restore.md | "**PVM** cannot offset the TSC: the offsets read 0" | `vmm/src/check/save_restore/tests.rs::a_hypervisor_that_ignores_offsets_fails_with_the_data`, `restore::restore_json_matches_the_schema_and_the_host` |
+//! | docs/restore.md | "`restore --json` on this code: PVM here (2 vCPUs," | `restore::restore_json_matches_the_schema_and_the_host`, `tools/qemu-kvm/kernel-matrix-check.py::judge_restore` |
+//! | docs/restore.md | "chained restore: kvmclock across" | `restore::restore_json_matches_the_schema_and_the_host`, `vmm/src/restore/clock_derive_tests.rs::a_kvmclock_that_advanced_by_the_host_time_is_continuous`, `vmm/src/restore/clock_derive_tests.rs::a_kvmclock_that_restarted_or_lost_time_jumped_or_went_backwards`, `vmm/src/restore/keeps_tests.rs::which_property_a_method_keeps` |
+//! | docs/restore.md | "**No method keeps both on real KVM.**" | `vmm/src/restore/keeps_tests.rs::which_property_a_method_keeps`, `vmm/src/restore/keeps_tests.rs::a_chain_the_method_cannot_do_says_why_instead_of_after_two`, `vmm/src/restore/keeps_tests.rs::the_master_clock_is_kept_off_broken_or_undecided` |
+//! | docs/restore.md | "**The msr methods do not carry kvmclock at all**" | `vmm/src/restore/clock_derive_tests.rs::a_kvmclock_that_restarted_or_lost_time_jumped_or_went_backwards`, `restore::restore_json_matches_the_schema_and_the_host` |
+//! | docs/restore.md | "On PVM every method keeps" | `vmm/src/restore/keeps_tests.rs::the_exact_skew_is_kept_lost_or_unknown` |
 //! | docs/restore.md | "Exit codes as `run`: 0 every method asked for" | `restore::bad_input_is_refused_with_the_fix`, `restore::a_restore_that_fails_half_way_reports_what_it_measured`, `restore::a_failure_in_any_step_frees_both_vms`, `restore::sigint_during_the_delay_keeps_the_snapshot`, `signals::restore_under_timeout_keeps_its_report`, `restore::a_kernel_without_the_clock_flags_runs_msr_only_and_check_7_skips` |
 //! | docs/restore.md | "**SKIP** where the kernel lacks KVM_VCPU_TSC_OFFSET or the KVM_CLOCK_REALTIME" | `restore::a_kernel_without_the_clock_flags_runs_msr_only_and_check_7_skips`, `vmm/src/check/save_restore/tests.rs::an_unfinished_measurement_is_not_a_pass` |
 //! | docs/restore.md | "**FAIL** when a saved offset did not move by" | `vmm/src/check/save_restore/tests.rs::a_hypervisor_that_ignores_offsets_fails_with_the_data`, `vmm/src/check/save_restore/tests.rs::snapped_offsets_and_a_lost_tsc_adjust_fail`, `vmm/src/check/save_restore/tests.rs::a_guest_tsc_that_went_back_or_stood_still_fails`, `vmm/src/check/save_restore/tests.rs::a_shift_the_clock_does_not_explain_fails_and_a_stepped_clock_is_undecided` |
@@ -355,6 +360,7 @@ const MEASURED_TABLES: &[&str] = &[
     "| what | measured",
     "| command, backend | peak RSS",
     "| kernel | vCPUs | check 8",
+    "| kernel | method | kvmclock across",
 ];
 
 /// One claim of the documentation: a paragraph, a bullet, a table row, or
