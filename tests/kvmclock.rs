@@ -31,6 +31,21 @@ fn json_of(out: &std::process::Output) -> Value {
     serde_json::from_slice(&out.stdout).expect("valid JSON")
 }
 
+/// `run --kvmclock --json` of 3 rounds of `variant` on 2 vCPUs, parsed.
+fn run_kvmclock_json(variant: &str) -> Value {
+    json_of(&tool(&[
+        "run",
+        "--vcpus",
+        "2",
+        "--rounds",
+        "3",
+        "--json",
+        "--kvmclock",
+        "--variant",
+        variant,
+    ]))
+}
+
 /// One round's kvmclock findings against its vCPUs.
 fn check_round(round: &Value, vcpus: usize) {
     let k = &round["kvmclock"];
@@ -79,17 +94,7 @@ fn run_kvmclock_reports_every_writers_jump_beside_the_skew() {
     if !kvm_or_skip() {
         return;
     }
-    let doc = json_of(&tool(&[
-        "run",
-        "--vcpus",
-        "2",
-        "--rounds",
-        "3",
-        "--json",
-        "--kvmclock",
-        "--variant",
-        "all",
-    ]));
+    let doc = run_kvmclock_json("all");
     validate(&doc, include_str!("../vmm/schema/run-v1.json"));
     let runs = doc["runs"].as_array().expect("runs");
     for run in runs {
@@ -178,17 +183,7 @@ fn run_kvmclock_reports_kvm_get_clock_on_the_fresh_vm_and_after_the_first_and_la
     if !kvm_or_skip() {
         return;
     }
-    let doc = json_of(&tool(&[
-        "run",
-        "--vcpus",
-        "2",
-        "--rounds",
-        "3",
-        "--json",
-        "--kvmclock",
-        "--variant",
-        "xen-head",
-    ]));
+    let doc = run_kvmclock_json("xen-head");
     validate(&doc, include_str!("../vmm/schema/run-v1.json"));
     let k = &doc["runs"][0]["kvm_clock"];
     let samples = clock_samples(k, 2);
