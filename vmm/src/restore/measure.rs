@@ -20,7 +20,7 @@ use super::options::{Method, MethodOptions, Step};
 pub use super::reads::Reads;
 use super::reads::{ClockAfter, ClockReads, CLOCK_EXCHANGES};
 pub use super::record::{ChainRun, Failed, MethodRun};
-use super::snapshot::{byte, get_clock, Snapshot};
+use super::snapshot::{byte, get_clock, save_memory, Snapshot};
 use crate::error::RunError;
 use crate::host::HostInfo;
 use crate::session::Session;
@@ -30,7 +30,6 @@ use crate::tsc::{self, debugfs, host_rdtsc, OffsetReader, MSR_IA32_TSC_ADJUST};
 use crate::vstate::vcpu::state::restore_vcpu;
 use crate::vstate::vm::{self, Vm, VmSpec};
 use crate::vstate::PioState;
-use vm_memory::{Bytes, GuestAddress};
 
 /// Why the guests cannot read their kvmclock here, if they cannot.
 fn why_no_reads(s: &Session) -> Option<String> {
@@ -151,10 +150,7 @@ fn take_snapshot(s: &mut Session) -> Result<Snapshot, RestoreError> {
     }
     let mem_len = usize::try_from(tsc_contract::layout::MEM_SIZE)
         .map_err(|e| RestoreError::Memory(e.to_string()))?;
-    let mut mem = vec![0u8; mem_len];
-    s.mem()
-        .read_slice(&mut mem, GuestAddress(0))
-        .map_err(|e| RestoreError::Memory(e.to_string()))?;
+    let (mem, pages) = save_memory(s.mem(), mem_len).map_err(|e| RestoreError::Memory(e.0))?;
     for (i, v) in vcpus.iter().enumerate() {
         if v.pio.state(|a| byte(&mem, a)) == PioState::NotCompleted {
             return Err(RestoreError::PioNotCompleted {
@@ -171,6 +167,7 @@ fn take_snapshot(s: &mut Session) -> Result<Snapshot, RestoreError> {
     Ok(Snapshot {
         vcpus,
         mem,
+        pages,
         clock,
         next_command: s.next_command(),
         kvmclock_msrs,
