@@ -364,7 +364,7 @@ pub fn check(t: &mut Table, reps: usize) -> Result<(), String> {
     }
     let mut row = Row::new(
         "check_wall_s",
-        "check, all 7 checks (2 vCPUs, 200 rounds, warp 10,000): wall".into(),
+        "check, all nine checks (2 vCPUs, 200 rounds, warp 10,000): wall".into(),
         "s",
         Better::Lower,
         &walls,
