@@ -6,8 +6,8 @@
 //! flat as the rounds grow. Each command runs in a child (this binary
 //! re-executed as the tsc-rendezvous command line), which reports its own
 //! `VmHWM` and `getrusage` at its end. The host backend runs all three
-//! counts; KVM runs 10k and 100k (1M takes about 12 minutes per command at
-//! ~1,450 rounds/s; `--kvm-1m` includes it).
+//! counts; KVM runs 10k and 100k (1M takes about 13 minutes per command at
+//! ~1,270 rounds/s on this 2-core PVM host; `--kvm-1m` includes it).
 
 use crate::children::cost_of;
 
@@ -94,7 +94,7 @@ pub fn memory_section(quick: bool, kvm_1m: bool) -> bool {
     }
     if !kvm_1m {
         println!(
-            "  (kvm: {} rounds not run: about 12 minutes per command at ~1,450 rounds/s; \
+            "  (kvm: {} rounds not run: about 13 minutes per command on a 2-core PVM host; \
              --kvm-1m runs it)",
             large
         );
