@@ -100,10 +100,7 @@ impl Snapshot {
         let here = touched_pages(mem, self.mem.len());
         let mut now = [0u8; PAGE];
         for (i, saved) in self.mem.chunks(PAGE).enumerate() {
-            let needed = self.pages.binary_search(&i).is_ok()
-                || here
-                    .as_ref()
-                    .is_none_or(|t| t.get(i).copied().unwrap_or(true));
+            let needed = self.pages.binary_search(&i).is_ok() || may_be_backed(here.as_deref(), i);
             if !needed {
                 continue;
             }
@@ -156,6 +153,12 @@ fn touched_pages(mem: &GuestMemoryMmap, len: usize) -> Option<Vec<bool>> {
     )
 }
 
+/// Whether page `i` may hold something other than zeros: the host backed it
+/// ([`touched_pages`]), or `touched` is `None` because that is unknown.
+fn may_be_backed(touched: Option<&[bool]>, i: usize) -> bool {
+    touched.is_none_or(|t| t.get(i).copied().unwrap_or(true))
+}
+
 /// Guest memory from address 0, `len` bytes, into a zeroed buffer, and the
 /// indices of its pages that are not zero (ascending). Only the pages the
 /// host backs ([`touched_pages`]) are read, and only those not zero are
@@ -166,10 +169,7 @@ pub fn save_memory(mem: &GuestMemoryMmap, len: usize) -> Result<(Vec<u8>, Vec<us
     let mut nonzero = Vec::new();
     let mut page = [0u8; PAGE];
     for (i, dst) in out.chunks_mut(PAGE).enumerate() {
-        if touched
-            .as_ref()
-            .is_some_and(|t| !t.get(i).copied().unwrap_or(true))
-        {
+        if !may_be_backed(touched.as_deref(), i) {
             continue;
         }
         let page = page.get_mut(..dst.len()).unwrap_or_default();
