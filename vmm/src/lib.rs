@@ -48,6 +48,7 @@ mod watchdog;
 pub use analysis::{
     analyse_round, Base, RoundAccumulator, RoundResult, SkewBasis, VcpuResult, VcpuSample,
 };
+pub use check::count as check_count;
 pub use cmd::{dispatch, parse_inject, Cli};
 pub use compare::{
     analyse as analyse_comparison, draw_plot, render_text as render_comparison, CompareData,

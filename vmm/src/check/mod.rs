@@ -61,6 +61,11 @@ pub static CHECKS: &[&dyn Check] = &[
     &master_clock::MasterClock,
 ];
 
+/// How many checks `check` runs ([`CHECKS`]).
+pub fn count() -> usize {
+    CHECKS.len()
+}
+
 /// Why the checks could not produce a report.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
