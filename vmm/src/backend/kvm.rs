@@ -2,9 +2,11 @@
 //! `wrmsr IA32_TSC` writes, every vCPU's TSC state read back through KVM
 //! while all of them are parked outside KVM_RUN.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kvm_ioctls::VcpuFd;
+use vm_memory::GuestMemoryMmap;
 
 use tsc_contract::{ports, Variant};
 
@@ -14,11 +16,14 @@ use crate::guest_image;
 use crate::host::{HostInfo, Pacing};
 use crate::initial_skew::{targets, SkewError};
 use crate::options::RunOptions;
+use crate::stop;
 use crate::tsc::clock::{get_clock, ClockSample};
 use crate::tsc::clock_points::{ClockPoint, ClockPoints};
-use crate::tsc::{self, TscState};
+use crate::tsc::{self, TscError, TscState};
+use crate::vstate::chain::{self, Chain, RoundWork, Taken};
+use crate::vstate::vcpu::{handoff::Arrive, Command};
 use crate::vstate::vm::{self, Vm, VmSpec};
-use crate::vstate::{memory, spin, sync_area, VcpuPool, VmError};
+use crate::vstate::{memory, spin, sync_area, PoolError, VcpuPool, VmError};
 
 /// Said of runs whose guest yielded in its spin-waits.
 pub const GUEST_YIELD_NOTE: &str = "more vCPUs than host cores: the VMM rewrote every `pause` \
@@ -28,11 +33,12 @@ pub const GUEST_YIELD_NOTE: &str = "more vCPUs than host cores: the VMM rewrote 
 /// A running VM and what the rounds need of it.
 pub struct KvmBackend {
     pool: VcpuPool,
-    /// The variant the guest's config names now.
-    current: Variant,
-    /// Exchanges per pair of the guest's hand-off test after every round
-    /// (0: none).
-    guest_view: u32,
+    /// The rounds after the first, run back to back by the vCPU threads;
+    /// it owns the work between two rounds ([`RoundWork`]), which the first
+    /// round, driven by this thread, does through it as well.
+    chain: Arc<Chain<Between>>,
+    /// Every vCPU's report of the round taken last (reused).
+    reports: Vec<Report>,
     /// `--kvmclock` asked for; whether the guest could enable it is the
     /// pool's [`VcpuPool::kvmclock`].
     kvmclock_asked: bool,
@@ -43,6 +49,82 @@ pub struct KvmBackend {
     clock_points: Option<ClockPoints>,
     /// The last round run.
     last_round: Option<u32>,
+}
+
+/// One vCPU's report of a chained round: the round it said it finished and
+/// its TSC state read back right after.
+type Report = Option<(u32, Result<TscState, TscError>)>;
+
+/// The work between two rounds, on guest memory with every vCPU parked:
+/// one place for the first round (driven by the coordinator) and the
+/// chained ones (done by the vCPU thread that completes a round).
+struct Between {
+    vcpus: u32,
+    /// The variant the guest's config names now.
+    current: Variant,
+    /// Exchanges per pair of the guest's hand-off test after every round
+    /// (0: none).
+    guest_view: u32,
+    /// Whether the guest records its kvmclock at every TSC write.
+    record_clock: bool,
+}
+
+impl RoundWork for Between {
+    type Data = RoundData;
+    type Error = RunError;
+
+    fn before(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        _round: u32,
+        variant: Variant,
+    ) -> Result<(), RunError> {
+        if self.current != variant {
+            memory::set_variant(mem, variant)?;
+            self.current = variant;
+        }
+        if variant == Variant::LinuxTscSync {
+            memory::clear_sync_results(mem, self.vcpus)?;
+        }
+        Ok(())
+    }
+
+    fn after(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        round: u32,
+        variant: Variant,
+        data: &mut RoundData,
+    ) -> Result<(), RunError> {
+        let vcpus = self.vcpus;
+        memory::read_records(mem, vcpus, &mut data.records)
+            .map_err(|vcpu| RunError::UnreadableRecord { vcpu, round })?;
+        data.sync = (variant == Variant::LinuxTscSync)
+            .then(|| sync_area::read(mem, vcpus))
+            .transpose()
+            .map_err(|error| RunError::Sync { round, error })?;
+        data.guest_view.clear();
+        if self.guest_view > 0 {
+            memory::read_handoff(
+                mem,
+                vcpus,
+                false,
+                round,
+                self.guest_view,
+                &mut data.guest_view,
+            )
+            .map_err(|error| RunError::Handoff { round, error })?;
+        }
+        data.clock.clear();
+        if self.record_clock {
+            for vcpu in 0..vcpus {
+                data.clock.push(memory::read_clock_record(mem, vcpu)?);
+            }
+        }
+        // Xen starts every calibration with a fresh shared state.
+        memory::reset_rendezvous(mem)?;
+        Ok(())
+    }
 }
 
 impl KvmBackend {
@@ -88,15 +170,96 @@ impl KvmBackend {
             fresh: Some(ClockPoint::new(None, get_clock(&machine.fd))),
             ..ClockPoints::default()
         });
-        Ok(KvmBackend {
-            pool: VcpuPool::start_with(machine, timeout, rounds, breaker)?,
+        let between = Between {
+            vcpus: opts.vcpus,
             current: first,
             guest_view: opts.guest_view.unwrap_or(0),
+            record_clock: opts.kvmclock && machine.kvmclock,
+        };
+        // The first round is driven by this thread; the chain starts at the
+        // second.
+        let chain = Arc::new(Chain::new(machine.mem.clone(), opts.vcpus, between, 1));
+        let arrive: Arc<dyn Arrive<Command>> = chain.clone();
+        Ok(KvmBackend {
+            pool: VcpuPool::start_with(machine, timeout, rounds, breaker, Some(arrive))?,
+            chain,
+            reports: Vec::with_capacity(opts.vcpus as usize),
             kvmclock_asked: opts.kvmclock,
             pacing,
             clock_points,
             last_round: None,
         })
+    }
+
+    /// The first round, driven by this thread: every vCPU resumed, each
+    /// reading itself back right after its round, parked outside KVM_RUN
+    /// with its round done; then KVM_GET_CLOCK, every vCPU parked.
+    fn driven_round(
+        &mut self,
+        round: u32,
+        variant: Variant,
+        data: &mut RoundData,
+    ) -> Result<(), RunError> {
+        let not_paused = || RunError::from(PoolError::NotPlanned { round });
+        self.chain
+            .with_work(|w, mem| w.before(mem, round, variant))
+            .ok_or_else(not_paused)??;
+        self.pool.run_round_readback(round, &mut data.after)?;
+        self.chain
+            .with_work(|w, mem| w.after(mem, round, variant, data))
+            .ok_or_else(not_paused)??;
+        if self
+            .clock_points
+            .as_ref()
+            .is_some_and(|p| p.after_first.is_none())
+        {
+            let point = ClockPoint::new(Some(round), self.clock());
+            if let Some(p) = self.clock_points.as_mut() {
+                p.after_first = Some(point);
+            }
+        }
+        Ok(())
+    }
+
+    /// A round the vCPU threads ran back to back with the ones before:
+    /// taken from the chain's ring, waiting for it (and the batch after it)
+    /// when it has not completed.
+    fn chained_round(&mut self, round: u32, data: &mut RoundData) -> Result<(), RunError> {
+        loop {
+            match self.chain.take(round, data, &mut self.reports) {
+                Taken::Round => break,
+                Taken::Failed(e) => return Err(e),
+                Taken::Stuck => {
+                    return Err(match stop::requested() {
+                        Some(signal) => RunError::interrupted(signal, round),
+                        None => PoolError::NotPlanned { round }.into(),
+                    })
+                }
+                Taken::Pending => {
+                    let until = self.chain.batch_end(round);
+                    let chain = &self.chain;
+                    self.pool.wait_chained(round, until, || chain.paused())?;
+                }
+            }
+        }
+        data.after.clear();
+        for (vcpu, report) in self.reports.drain(..).enumerate() {
+            let vcpu = vcpu as u32;
+            match report {
+                Some((r, Ok(state))) if r == round => data.after.push(state),
+                Some((found, Ok(_))) => {
+                    return Err(PoolError::WrongRound {
+                        vcpu,
+                        expected: round,
+                        found,
+                    }
+                    .into())
+                }
+                Some((_, Err(error))) => return Err(PoolError::Readback { vcpu, error }.into()),
+                None => return Err(PoolError::Lost(vcpu).into()),
+            }
+        }
+        Ok(())
     }
 
     /// KVM_GET_CLOCK now.
@@ -123,56 +286,25 @@ impl Backend for KvmBackend {
         variant: Variant,
         data: &mut RoundData,
     ) -> Result<(), RunError> {
-        let linux = variant == Variant::LinuxTscSync;
-        if self.current != variant {
-            memory::set_variant(self.pool.mem(), variant)?;
-            self.current = variant;
+        if round == 0 {
+            self.driven_round(round, variant, data)?;
+        } else {
+            self.chained_round(round, data)?;
         }
-        if linux {
-            memory::clear_sync_results(self.pool.mem(), self.pool.vcpus())?;
-        }
-        // Every vCPU reads itself back right after its round, parked
-        // outside KVM_RUN with its round done.
-        self.pool.run_round_readback(round, &mut data.after)?;
-        let (mem, vcpus) = (self.pool.mem(), self.pool.vcpus());
-        memory::read_records(mem, vcpus, &mut data.records)
-            .map_err(|vcpu| RunError::UnreadableRecord { vcpu, round })?;
-        data.sync = linux
-            .then(|| sync_area::read(mem, vcpus))
-            .transpose()
-            .map_err(|error| RunError::Sync { round, error })?;
-        data.guest_view.clear();
-        if self.guest_view > 0 {
-            memory::read_handoff(
-                mem,
-                vcpus,
-                false,
-                round,
-                self.guest_view,
-                &mut data.guest_view,
-            )
-            .map_err(|error| RunError::Handoff { round, error })?;
-        }
-        data.clock.clear();
-        if self.kvmclock_asked && self.pool.kvmclock() {
-            for vcpu in 0..vcpus {
-                data.clock.push(memory::read_clock_record(mem, vcpu)?);
-            }
-        }
-        // Xen starts every calibration with a fresh shared state.
-        memory::reset_rendezvous(mem)?;
         self.last_round = Some(round);
-        if self
-            .clock_points
-            .as_ref()
-            .is_some_and(|p| p.after_first.is_none())
-        {
-            let point = ClockPoint::new(Some(round), self.clock());
-            if let Some(p) = self.clock_points.as_mut() {
-                p.after_first = Some(point);
-            }
-        }
         Ok(())
+    }
+
+    fn lookahead(&self) -> u32 {
+        chain::DEPTH
+    }
+
+    fn plan(&mut self, variant: Variant) {
+        self.chain.plan(variant);
+    }
+
+    fn completed(&self, round: u32) -> bool {
+        round > 0 && self.chain.completed() > round
     }
 
     fn finish(&mut self, rounds: u32) -> Result<(), RunError> {

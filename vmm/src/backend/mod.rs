@@ -52,8 +52,10 @@ impl RoundData {
     }
 }
 
-/// The CPUs a run drives. Every method is called with every CPU parked
-/// (none is running a round), from the thread that started the backend.
+/// The CPUs a run drives. Every method is called from the thread that
+/// started the backend, with every CPU parked (none is running a round),
+/// except that a backend with a [`Backend::lookahead`] may be running the
+/// rounds planned ahead.
 pub trait Backend {
     /// How many CPUs take part.
     fn vcpus(&self) -> u32;
@@ -70,6 +72,27 @@ pub trait Backend {
         variant: Variant,
         data: &mut RoundData,
     ) -> Result<(), RunError>;
+
+    /// How many rounds past the one it runs the backend may start on its
+    /// own (it runs them back to back): the driver draws their variants
+    /// that far ahead and hands each to [`Backend::plan`]. 0: none.
+    fn lookahead(&self) -> u32 {
+        0
+    }
+
+    /// The variant of the next round not planned yet (every round's after
+    /// the first, in order, before that round is run).
+    fn plan(&mut self, variant: Variant) {
+        let _ = variant;
+    }
+
+    /// Whether round `round` has completed already and waits to be taken
+    /// by [`Backend::run_round`]: the driver hands it on even when a stop
+    /// was requested.
+    fn completed(&self, round: u32) -> bool {
+        let _ = round;
+        false
+    }
 
     /// After the last of `rounds` rounds of a run that ran them all: lets
     /// the CPUs end (a guest reports its end and halts).

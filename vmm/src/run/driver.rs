@@ -4,6 +4,8 @@
 //! round handed on. Adding a per-round measurement means changing
 //! [`Driver::round`] and nothing else.
 
+use std::collections::VecDeque;
+
 use tsc_contract::Variant;
 
 use super::facts::RunFacts;
@@ -115,11 +117,24 @@ impl Driver<'_> {
         // allocates nothing but the round's own result.
         let mut acc = RoundAccumulator::new(initial);
         let mut data = RoundData::with_capacity(initial.len());
-        let mut next = Some(first);
         let max = schedule.max_rounds();
+        // The variants drawn and not run yet (the first is drawn), up to
+        // the backend's lookahead past the round running. None is drawn
+        // once the schedule would end after the rounds drawn (its time is
+        // up), and every one drawn runs.
+        let ahead = backend.lookahead();
+        let mut upcoming = VecDeque::with_capacity(ahead as usize + 1);
+        upcoming.push_back(first);
+        let mut drawn = 1u32;
         let mut round = 0u32;
-        while round < max && !schedule.ends_after(round) {
-            let variant = next.take().unwrap_or_else(|| schedule.next_variant());
+        while round < max {
+            while drawn < max && drawn - round <= ahead && !schedule.ends_after(drawn) {
+                upcoming.push_back(draw(backend, schedule));
+                drawn += 1;
+            }
+            let Some(variant) = upcoming.pop_front() else {
+                break;
+            };
             let result = self.round(backend, round, variant, &mut acc, &mut data)?;
             on_round(result).map_err(RunError::Output)?;
             self.completed += 1;
@@ -140,8 +155,11 @@ impl Driver<'_> {
         acc: &mut RoundAccumulator,
         data: &mut RoundData,
     ) -> Result<RoundResult, RunError> {
-        if let Some(signal) = stop::requested() {
-            return Err(RunError::interrupted(signal, round));
+        // A round that has already completed is handed on whatever comes.
+        if !backend.completed(round) {
+            if let Some(signal) = stop::requested() {
+                return Err(RunError::interrupted(signal, round));
+            }
         }
         self.rearm(backend);
         backend.run_round(round, variant, data)?;
@@ -191,4 +209,11 @@ impl Driver<'_> {
         }
         Ok(notes)
     }
+}
+
+/// The schedule's next variant, planned on the backend.
+fn draw<B: Backend>(backend: &mut B, schedule: &mut dyn Schedule) -> Variant {
+    let variant = schedule.next_variant();
+    backend.plan(variant);
+    variant
 }

@@ -120,6 +120,11 @@ pub enum PoolError {
     },
     /// vCPU {0}'s thread ended unexpectedly
     Lost(u32),
+    /// round {round} can neither be taken nor started: the round driver planned no variant for it
+    NotPlanned {
+        /// The round.
+        round: u32,
+    },
 }
 
 impl PoolError {

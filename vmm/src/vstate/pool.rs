@@ -21,7 +21,7 @@ use super::error::PoolError;
 use super::kick::{self, Kicker};
 use super::memory;
 use super::spin::{self, SpinBreaker};
-use super::vcpu::handoff::{Hub, Mailbox};
+use super::vcpu::handoff::{Arrive, Hub, Mailbox};
 use super::vcpu::state::Saved;
 use super::vcpu::{self, Command, Event, Link, VcpuThread};
 use super::vm::Vm;
@@ -30,6 +30,8 @@ use crate::options::Windows;
 use crate::stop::{self, Signal};
 use crate::tsc::{self, debugfs, OffsetReader, OffsetSource, TscState};
 use crate::watchdog::Stall;
+
+mod chained;
 
 /// How often a wait looks for a stop request.
 const POLL: Duration = Duration::from_millis(50);
@@ -65,6 +67,11 @@ pub struct VcpuPool {
     vm: Option<Vm>,
     /// Reused by every wait, so the per-round path allocates nothing.
     done: Vec<bool>,
+    /// Where the vCPU threads report chained rounds.
+    chain: Option<Arc<dyn Arrive<Command>>>,
+    /// A vCPU's failure seen while rounds completed before it were still
+    /// to be taken.
+    failure: Option<PoolError>,
 }
 
 impl VcpuPool {
@@ -73,16 +80,19 @@ impl VcpuPool {
     /// With more vCPUs than host cores the spin breaker runs.
     pub fn start(vm: Vm, timeout: Duration, rounds: u32) -> Result<VcpuPool, PoolError> {
         let breaker = spin::overcommitted(vm.vcpus.len() as u32);
-        VcpuPool::start_with(vm, timeout, rounds, breaker)
+        VcpuPool::start_with(vm, timeout, rounds, breaker, None)
     }
 
     /// As [`VcpuPool::start`], with the spin breaker only when `breaker`
-    /// (a guest whose spin-waits yield on their own needs none).
+    /// (a guest whose spin-waits yield on their own needs none), and the
+    /// vCPU threads reporting chained rounds to `chain`
+    /// ([`VcpuPool::wait_chained`]).
     pub fn start_with(
         mut vm: Vm,
         timeout: Duration,
         rounds: u32,
         breaker: bool,
+        chain: Option<Arc<dyn Arrive<Command>>>,
     ) -> Result<VcpuPool, PoolError> {
         kick::install_kick_handler().map_err(PoolError::KickHandler)?;
         let with_offset = vm.vcpus.first().is_some_and(tsc::has_offset_attr);
@@ -120,6 +130,8 @@ impl VcpuPool {
             offset_source,
             vm: Some(vm),
             done: vec![false; n],
+            chain: chain.clone(),
+            failure: None,
         };
         for (index, fd) in fds.into_iter().enumerate() {
             let mailbox = Arc::new(Mailbox::new(Command::Stop));
@@ -128,6 +140,7 @@ impl VcpuPool {
                 spin,
                 events: event_tx.clone(),
                 hub: hub.clone(),
+                chain: chain.clone(),
             };
             let offsets = readers.next().unwrap_or(OffsetReader::None);
             let (thread, kicker) = VcpuThread::new(index as u32, fd, link, offsets);
@@ -137,6 +150,11 @@ impl VcpuPool {
             pool.mailboxes.push(mailbox);
             pool.handles.push(handle);
             pool.kickers.push(kicker);
+        }
+        if let Some(c) = &pool.chain {
+            let targets = pool.mailboxes.iter().cloned();
+            let threads = pool.handles.iter().map(|h| h.thread().clone());
+            c.connect(targets.zip(threads).collect());
         }
         // Only when asked for; stopped in Drop before the threads are
         // joined (it signals them by pthread_t).
@@ -469,6 +487,9 @@ impl VcpuPool {
     fn shutdown(&mut self) -> bool {
         if let Some(b) = self.breaker.take() {
             b.stop();
+        }
+        if let Some(c) = &self.chain {
+            c.close();
         }
         self.send_all(Command::Stop);
         let started = Instant::now();

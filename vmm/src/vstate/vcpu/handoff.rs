@@ -18,9 +18,11 @@
 //! at least one of the two sees the other's store).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
+
+use crate::tsc::{TscError, TscState};
 
 /// How long a vCPU thread spins for its next command before it parks.
 pub const SPIN: Duration = Duration::from_millis(1);
@@ -140,6 +142,29 @@ impl Hub {
         }
         self.waiting.store(false, Ordering::SeqCst);
     }
+}
+
+/// What a vCPU thread tells a chain of rounds ([`crate::vstate::chain`]),
+/// and what the pool asks it; the chain resumes the threads with commands
+/// of type `C`.
+pub trait Arrive<C>: Send + Sync {
+    /// The threads to resume, in vCPU order (set once, after they start).
+    fn connect(&self, targets: Vec<(Arc<Mailbox<C>>, Thread)>);
+
+    /// vCPU `vcpu` reported the end of round `reported` and read its state
+    /// back; true when its report completed the round (the round is in the
+    /// ring then, and the next one may already run).
+    fn arrive(&self, vcpu: u32, reported: u32, state: Result<TscState, TscError>) -> bool;
+
+    /// Whether vCPU `vcpu` has reported the round running (for a stall's
+    /// diagnosis).
+    fn arrived(&self, vcpu: u32) -> bool;
+
+    /// Rounds completed so far (every one below is in the ring or taken).
+    fn completed(&self) -> u32;
+
+    /// Starts no further round.
+    fn close(&self);
 }
 
 #[cfg(test)]

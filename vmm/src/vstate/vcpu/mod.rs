@@ -28,7 +28,7 @@ pub mod state;
 
 use crate::tsc::{self, TscError, TscState};
 use error::{GuestPanic, Regs, RegsSnapshot, Suberror, VcpuError, Vector};
-use handoff::{Hub, Mailbox};
+use handoff::{Arrive, Hub, Mailbox};
 use state::Saved;
 
 use super::kick::Kicker;
@@ -44,6 +44,11 @@ pub enum Command {
     /// nothing can change that state before the next `Run`. Saves the
     /// coordinator a second hand-off per vCPU and round.
     RunReadback,
+    /// As [`Command::RunReadback`], in a chain of rounds
+    /// ([`crate::vstate::chain`]): the state goes to the chain, and only the
+    /// vCPU whose report completes the round sends an event
+    /// ([`Event::Chained`]).
+    Chain,
     /// Read this vCPU's TSC state back (the vCPU is parked).
     Readback,
     /// Read one MSR through KVM_GET_MSRS (the vCPU is parked).
@@ -73,6 +78,10 @@ pub enum Event {
         /// after the exit, or why it could not be read.
         state: Option<Result<TscState, TscError>>,
     },
+    /// A chained round is complete (this vCPU's report was its last) and
+    /// in the chain's ring ([`handoff::Arrive::completed`]
+    /// says which).
+    Chained,
     /// Command mode: the guest finished command number `seq` (0: none yet,
     /// it is ready for the first) and is parked.
     CommandDone {
@@ -139,6 +148,8 @@ pub struct VcpuThread {
     /// Reused for every readback (None only if it could not be allocated:
     /// then each readback allocates its own).
     msrs: Option<tsc::MsrReader>,
+    /// Where chained rounds report ([`Command::Chain`]).
+    chain: Option<Arc<dyn Arrive<Command>>>,
 }
 
 /// Most console bytes kept per vCPU (the rest is dropped, with a note).
@@ -163,6 +174,9 @@ pub struct Link {
     pub events: Sender<Event>,
     /// Their count.
     pub hub: Arc<Hub>,
+    /// Where chained rounds report (`None`: the VM's rounds are not
+    /// chained).
+    pub chain: Option<Arc<dyn Arrive<Command>>>,
 }
 
 impl VcpuThread {
@@ -188,6 +202,7 @@ impl VcpuThread {
                 console: Vec::new(),
                 done_reported: false,
                 msrs: tsc::MsrReader::new().ok(),
+                chain: link.chain,
             },
             kicker,
         )
@@ -256,10 +271,21 @@ impl VcpuThread {
                     },
                     false,
                 ),
-                Command::Run | Command::RunReadback => match self.run_guest() {
+                Command::Run | Command::RunReadback | Command::Chain => match self.run_guest() {
                     RunEnd::Park(Event::RoundDone { vcpu, round, .. })
-                        if cmd == Command::RunReadback =>
+                        if cmd == Command::Chain && self.chain.is_some() =>
                     {
+                        let state = self.read_state();
+                        let last = self
+                            .chain
+                            .as_ref()
+                            .is_some_and(|c| c.arrive(vcpu, round, state));
+                        if !last {
+                            continue;
+                        }
+                        (Event::Chained, false)
+                    }
+                    RunEnd::Park(Event::RoundDone { vcpu, round, .. }) if cmd != Command::Run => {
                         let state = Some(self.read_state());
                         (Event::RoundDone { vcpu, round, state }, false)
                     }
