@@ -217,3 +217,7 @@ fn draw<B: Backend>(backend: &mut B, schedule: &mut dyn Schedule) -> Variant {
     backend.plan(variant);
     variant
 }
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod tests;
