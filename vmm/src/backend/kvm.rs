@@ -19,8 +19,8 @@ use crate::options::RunOptions;
 use crate::stop;
 use crate::tsc::clock::{get_clock, ClockSample};
 use crate::tsc::clock_points::{ClockPoint, ClockPoints};
-use crate::tsc::{self, TscError, TscState};
-use crate::vstate::chain::{self, Chain, RoundWork, Taken};
+use crate::tsc::{self, TscState};
+use crate::vstate::chain::{self, Chain, Report, RoundWork, Taken};
 use crate::vstate::vcpu::{handoff::Arrive, Command};
 use crate::vstate::vm::{self, Vm, VmSpec};
 use crate::vstate::{memory, spin, sync_area, PoolError, VcpuPool, VmError};
@@ -50,10 +50,6 @@ pub struct KvmBackend {
     /// The last round run.
     last_round: Option<u32>,
 }
-
-/// One vCPU's report of a chained round: the round it said it finished and
-/// its TSC state read back right after.
-type Report = Option<(u32, Result<TscState, TscError>)>;
 
 /// The work between two rounds, on guest memory with every vCPU parked:
 /// one place for the first round (driven by the coordinator) and the

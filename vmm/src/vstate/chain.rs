@@ -62,11 +62,15 @@ pub trait RoundWork: Send + 'static {
     ) -> Result<(), Self::Error>;
 }
 
+/// One vCPU's report of a chained round: the round it said it finished
+/// (the one running, unless the guest is broken) and its TSC state read
+/// back right after, or why it could not be read.
+pub type Report = Option<(u32, Result<TscState, TscError>)>;
+
 /// One completed round in the ring.
 struct Slot<D, E> {
-    /// What each vCPU reported as its round (the one running, unless the
-    /// guest is broken) and its state read back after it, in vCPU order.
-    reported: Vec<Option<(u32, Result<TscState, TscError>)>>,
+    /// Every vCPU's report, in vCPU order.
+    reported: Vec<Report>,
     data: D,
     error: Option<E>,
 }
@@ -177,7 +181,7 @@ impl<W: RoundWork> Chain<W> {
         &self,
         round: u32,
         data: &mut W::Data,
-        states: &mut Vec<Option<(u32, Result<TscState, TscError>)>>,
+        states: &mut Vec<Report>,
     ) -> Taken<W::Error> {
         let mut plan = lock(&self.plan);
         if plan.taken != round {

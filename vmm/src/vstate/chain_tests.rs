@@ -88,7 +88,7 @@ fn take_polling(
     c: &Chain<Log>,
     round: u32,
     data: &mut Vec<(u32, Variant)>,
-    reports: &mut Vec<Option<(u32, Result<TscState, TscError>)>>,
+    reports: &mut Vec<Report>,
 ) -> Result<(), String> {
     let until = Instant::now() + Duration::from_secs(30);
     loop {
