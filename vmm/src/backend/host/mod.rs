@@ -16,11 +16,12 @@
 //!   TSC_ADJUST write moves the offset by the change: as KVM does for a guest.
 //! - Every round runs every thread on a fresh shared state ([`shared`]) and
 //!   writes the record the guest would write ([`round`]; Linux's results
-//!   as the guest lays them out: [`staging`]). With every thread
-//!   done with the round, the coordinator then reads each thread's TSC
-//!   state back: the exact offset, the simulated TSC_ADJUST, and the
-//!   thread's TSC read on its own CPU between two reads of the
-//!   coordinator's TSC (method (c)'s bracket; thread 0's on its own CPU),
+//!   as the guest lays them out: [`staging`]). Each thread's part of the
+//!   round ends with the coordinator reading its TSC state back (a thread
+//!   writes only its own TSC, so its state is final then): the exact
+//!   offset, the simulated TSC_ADJUST, and the thread's TSC read on its own
+//!   CPU between two reads of the coordinator's TSC (method (c)'s bracket;
+//!   thread 0's on its own CPU),
 //!   at the host TSC frequency measured once against
 //!   CLOCK_MONOTONIC ([`clock`]). The round driver ([`crate::run`]) treats
 //!   them exactly as KVM's, Linux's results go through the KVM path's own
@@ -143,10 +144,14 @@ impl Backend for HostBackend {
         variant: Variant,
         data: &mut RoundData,
     ) -> Result<(), RunError> {
-        self.workers
-            .run_round(round, variant, &mut data.records, &mut self.syncs)?;
-        // Every thread is parked now: read them all back.
-        self.workers.read_back_into(round, &mut data.after)?;
+        // Every thread's TSC is read right after its part of the round.
+        self.workers.run_round(
+            round,
+            variant,
+            &mut data.records,
+            &mut self.syncs,
+            &mut data.after,
+        )?;
         data.sync = None;
         if variant == Variant::LinuxTscSync {
             let staging = match &mut self.staging {

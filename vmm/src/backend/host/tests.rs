@@ -157,3 +157,41 @@ fn a_failing_consumer_ends_the_run() {
     assert_eq!((seen, f.rounds_completed), (1, 0));
     assert!(matches!(f.error, RunError::Output(ref m) if m == "disk full"));
 }
+
+/// A round's read of every thread (asked for as each thread's part ends)
+/// is the read a separate read-back after the round gives: the same exact
+/// offsets and TSC_ADJUST, each thread's TSC inside its bracket of the
+/// coordinator's two reads, the threads read one after the other.
+#[test]
+fn the_read_that_ends_a_round_is_a_read_back() {
+    use crate::backend::{Backend, RoundData};
+    let o = opts(3, vec![Variant::XenStd; 2]);
+    let offsets = [0, SKEW, SKEW / 2];
+    let mut b = HostBackend::start(&o, &offsets, 2).unwrap_or_else(|e| panic!("{e}"));
+    let mut data = RoundData::with_capacity(3);
+    for round in 0..2 {
+        b.run_round(round, Variant::XenStd, &mut data)
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let mut back = Vec::new();
+        b.readback(round, &mut back)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((data.records.len(), data.after.len()), (3, 3));
+        let mut last_after = 0;
+        for (k, (s, r)) in data.after.iter().zip(&back).enumerate() {
+            let raw = s.tsc.wrapping_sub(s.offset.unwrap_or(0));
+            assert!(
+                s.host_before <= raw && raw <= s.host_after,
+                "thread {k}: {} <= {raw} <= {}",
+                s.host_before,
+                s.host_after
+            );
+            assert!(s.host_before >= last_after, "thread {k} read in turn");
+            last_after = s.host_after;
+            // The std rendezvous writes no TSC: the offsets are the ones
+            // given, in the round's read and in the read-back alike.
+            assert_eq!(s.offset, Some(offsets[k]), "thread {k}");
+            assert_eq!((s.offset, s.adjust), (r.offset, r.adjust), "thread {k}");
+            assert!(r.host_before >= s.host_after, "the read-back came later");
+        }
+    }
+}

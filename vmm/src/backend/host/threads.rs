@@ -22,7 +22,13 @@
 //! every round), and a bracketed TSC read (one thread at a time: the
 //! coordinator reads its own TSC, hands the job over, the thread reads its
 //! TSC on its own CPU, the coordinator reads its TSC again once the reply is
-//! in; thread 0's is read between two reads on its own CPU).
+//! in; thread 0's is read between two reads on its own CPU). A round's job
+//! ends with that read: each thread, its part done, spins until the
+//! coordinator, its own part done, asks for it through the thread's
+//! [`Slot::read`] (bracketed the same way), and replies its record and its
+//! state at once. A thread's TSC state is final once its own part is over
+//! (no thread writes another's TSC), so this reads what a read after the
+//! whole round would, without a second hand-off per round.
 //!
 //! Stopping: every wait of the coordinator looks at the stop request and the
 //! deadline; on either it sets the shared abort flag, at which every spin
@@ -226,7 +232,7 @@ impl Workers {
     /// Hands `job` to thread `k` (1..N) as job number `seq`.
     fn post(&self, k: usize, seq: u64, job: Job) {
         let slot = self.slot(k);
-        *lock(&slot.job) = Some(job);
+        *lock(&slot.job.0) = Some(job);
         slot.posted.0.store(seq, Ordering::SeqCst);
         if slot.sleeping.load(Ordering::SeqCst) {
             if let Some(h) = self.handles.get(k - 1) {
@@ -236,7 +242,7 @@ impl Workers {
     }
 
     fn take_reply(&self, k: usize) -> Option<Reply> {
-        lock(&self.slot(k).reply).take()
+        lock(&self.slot(k).reply.0).take()
     }
 
     /// Waits, spinning, until the threads `ks` have done job `seq`. A stop
@@ -345,13 +351,18 @@ impl Workers {
     /// Runs round `round` of `variant` on every thread with a fresh shared
     /// state; fills `records` (raw: the round driver validates them) and
     /// `syncs` (Linux's results, `None` for the other variants) in thread
-    /// order.
+    /// order, and `after` with every thread's TSC state read right after
+    /// its part (as [`Workers::read_back_into`] reads it: thread 0's on its
+    /// own CPU, then each other thread's between two reads of the
+    /// coordinator's, the thread spinning for the request once its part is
+    /// done).
     pub fn run_round(
         &mut self,
         round: u32,
         variant: Variant,
         records: &mut Vec<RoundRecord>,
         syncs: &mut Vec<Option<LinuxSyncResult>>,
+        after: &mut Vec<TscState>,
     ) -> Result<(), RunError> {
         if !self.clean {
             // A thread that did not report its last round may still use
@@ -369,7 +380,9 @@ impl Workers {
             self.post(k, seq, Job::Round { round, variant });
         }
         let own = self.own_part(round, variant);
-        let waited = self.wait(1..n, seq);
+        after.clear();
+        after.push(self.own_state());
+        let waited = self.read_each(1..n, seq, after);
         records.clear();
         syncs.clear();
         let (mut missing, mut panicked) = (Vec::new(), None);
@@ -378,9 +391,12 @@ impl Workers {
             .enumerate()
         {
             match reply {
-                Some(Reply::Round(out)) => {
+                Some(Reply::Round(out, state)) if k == 0 || state.is_some() => {
                     records.push(out.record);
                     syncs.push(out.sync);
+                    if let (Some(s), Some(slot)) = (state, after.get_mut(k)) {
+                        *slot = self.state(s, slot.host_before, slot.host_after);
+                    }
                 }
                 Some(Reply::Panicked(msg)) => {
                     log::error!("host thread {k} panicked in round {round}: {msg}");
@@ -407,23 +423,55 @@ impl Workers {
         Ok(())
     }
 
+    /// Thread 0's TSC state, read on its own CPU between two reads.
+    fn own_state(&self) -> TscState {
+        let host_before = host_rdtsc();
+        let raw_tsc = host_rdtsc();
+        let host_after = host_rdtsc();
+        let s = ThreadState {
+            raw_tsc,
+            offset: self.cpu0.offset,
+            adjust: self.cpu0.adjust,
+        };
+        self.state(s, host_before, host_after)
+    }
+
+    /// Asks threads `ks`, one at a time, for round job `seq`'s read, each
+    /// between two reads of this thread's TSC, and waits for its reply:
+    /// pushes one bracket per thread onto `after` (its state is filled in
+    /// from the reply). The first wait that ended early says why; the
+    /// threads after it are still waited for (aborted, they reply at once).
+    fn read_each(
+        &self,
+        ks: std::ops::Range<usize>,
+        seq: u64,
+        after: &mut Vec<TscState>,
+    ) -> Result<(), Ended> {
+        let mut first = Ok(());
+        for k in ks {
+            let host_before = host_rdtsc();
+            self.slot(k).read.0.store(seq, Ordering::SeqCst);
+            let waited = self.wait(k..k + 1, seq);
+            let host_after = host_rdtsc();
+            let none = ThreadState {
+                raw_tsc: 0,
+                offset: 0,
+                adjust: 0,
+            };
+            after.push(self.state(none, host_before, host_after));
+            if first.is_ok() {
+                first = waited;
+            }
+        }
+        first
+    }
+
     /// Reads every thread's TSC state, one thread at a time, into `out`:
     /// the exact offset and the simulated TSC_ADJUST, and the thread's TSC
     /// read on its own CPU between two reads of the coordinator's.
     pub fn read_back_into(&mut self, round: u32, out: &mut Vec<TscState>) -> Result<(), RunError> {
         out.clear();
-        let host_before = host_rdtsc();
-        let raw_tsc = host_rdtsc();
-        let host_after = host_rdtsc();
-        out.push(self.state(
-            ThreadState {
-                raw_tsc,
-                offset: self.cpu0.offset,
-                adjust: self.cpu0.adjust,
-            },
-            host_before,
-            host_after,
-        ));
+        out.push(self.own_state());
         for k in 1..self.ctl.slots.len() {
             self.seq += 1;
             let seq = self.seq;

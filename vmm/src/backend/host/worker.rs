@@ -2,7 +2,10 @@
 //! [`super::threads`]): its mailbox ([`Slot`]), what the threads share
 //! ([`Control`]: the stop control, the slots, the round's shared state), and
 //! its life: wait for the next job (spinning for [`SPIN`], then parked),
-//! do it, reply.
+//! do it, reply. A round's job ends with the round's read: the thread, its
+//! part done, spins until the coordinator asks for its TSC ([`Slot::read`],
+//! set between two reads of the coordinator's own), reads it and replies
+//! both at once, so a round costs one hand-off each way and no second job.
 
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -31,7 +34,8 @@ pub const CLOCK_EVERY: u32 = 64;
 /// What the coordinator asks of one thread.
 #[derive(Clone, Copy, Debug)]
 pub enum Job {
-    /// Run one round of `variant` on the shared state.
+    /// Run one round of `variant` on the shared state, then read the TSC
+    /// once the coordinator asks ([`Slot::read`]).
     Round {
         /// The round's number.
         round: u32,
@@ -59,8 +63,9 @@ pub struct ThreadState {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Reply {
-    /// A round's record (and Linux's result).
-    Round(RoundOutput),
+    /// A round's record (and Linux's result) and the TSC read after it
+    /// (`None`: the run was aborted or shut down before it was asked for).
+    Round(RoundOutput, Option<ThreadState>),
     /// A TSC read.
     State(ThreadState),
     /// The round was aborted (stop request, deadline, another thread).
@@ -84,13 +89,16 @@ pub struct Slot {
     pub posted: Line<AtomicU64>,
     /// The number of the last job done.
     pub done: Line<AtomicU64>,
+    /// The number of the round job whose TSC read the coordinator asks for
+    /// now (it has read its own TSC just before).
+    pub read: Line<AtomicU64>,
     /// The thread has stopped spinning for its next job and parks: the
     /// coordinator unparks it after posting one.
     pub sleeping: AtomicBool,
     /// The job posted last.
-    pub job: Mutex<Option<Job>>,
+    pub job: Line<Mutex<Option<Job>>>,
     /// The reply to the job done last.
-    pub reply: Mutex<Option<Reply>>,
+    pub reply: Line<Mutex<Option<Reply>>>,
 }
 
 /// Locks `m`, also when a thread panicked while holding it (nothing here
@@ -142,7 +150,7 @@ fn next_job(ctl: &Control, slot: &Slot, last: u64) -> Option<(u64, Job)> {
         }
         let seq = slot.posted.0.load(Ordering::SeqCst);
         if seq != last {
-            if let Some(job) = *lock(&slot.job) {
+            if let Some(job) = *lock(&slot.job.0) {
                 return Some((seq, job));
             }
         }
@@ -173,7 +181,7 @@ fn next_job(ctl: &Control, slot: &Slot, last: u64) -> Option<(u64, Job)> {
 /// at once.
 pub fn reply_of(ctl: &Control, run: std::thread::Result<RoundOutput>) -> Reply {
     match run {
-        Ok(out) => Reply::Round(out),
+        Ok(out) => Reply::Round(out, None),
         Err(p) if p.is::<Aborted>() => Reply::Aborted,
         Err(p) => {
             ctl.stop.abort.store(true, Ordering::Relaxed);
@@ -185,6 +193,32 @@ pub fn reply_of(ctl: &Control, run: std::thread::Result<RoundOutput>) -> Reply {
             Reply::Panicked(msg)
         }
     }
+}
+
+/// This thread's TSC state once the coordinator asks for job `seq`'s read
+/// (spinning, yielding when overcommitted); `None` if the run is aborted or
+/// shut down first.
+fn read_when_asked(
+    ctl: &Control,
+    slot: &Slot,
+    seq: u64,
+    cpu: &ThreadCpu<'_>,
+) -> Option<ThreadState> {
+    while slot.read.0.load(Ordering::Acquire) != seq {
+        if ctl.stop.abort.load(Ordering::Relaxed) || ctl.shutdown.load(Ordering::Relaxed) {
+            return None;
+        }
+        if ctl.stop.overcommitted {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    Some(ThreadState {
+        raw_tsc: host_rdtsc(),
+        offset: cpu.offset(),
+        adjust: cpu.tsc_adjust(),
+    })
 }
 
 /// One thread's life (threads 1..N): jobs until the run shuts down.
@@ -211,10 +245,15 @@ pub fn worker(ctl: &Control, index: u32, offset: u64) {
                 let run = catch_unwind(AssertUnwindSafe(|| {
                     one_round(&mut cpu, index, vcpus, round, variant, shared, params)
                 }));
-                reply_of(ctl, run)
+                match reply_of(ctl, run) {
+                    Reply::Round(out, _) => {
+                        Reply::Round(out, read_when_asked(ctl, slot, seq, &cpu))
+                    }
+                    other => other,
+                }
             }
         };
-        *lock(&slot.reply) = Some(reply);
+        *lock(&slot.reply.0) = Some(reply);
         slot.done.0.store(seq, Ordering::Release);
     }
 }
