@@ -173,6 +173,35 @@ fn clock_checks_follow_their_evidence(doc: &Value, vcpus: usize) {
 
 /// Check 5 on three vCPUs: every one of the six ordered pairs is exercised
 /// and agrees with the exact offsets.
+/// The shared measurement and every check have a wall time, together no
+/// more than the whole process took; check 7, which runs VMs of its own,
+/// takes longer than check 1, which only judges.
+fn check_times_add_up(doc: &Value, took: f64) {
+    let shared = doc["measure_seconds"].as_f64().expect("measure_seconds");
+    let times: Vec<f64> = doc["checks"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .map(|c| c["seconds"].as_f64().unwrap_or(-1.0))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        times.iter().all(|&t| t >= 0.0),
+        "every check timed: {times:?}"
+    );
+    let sum = shared + times.iter().sum::<f64>();
+    assert!(sum <= took, "{shared} + {times:?} > {took} s");
+    let of = |id: &str| {
+        doc["checks"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["id"] == id))
+            .and_then(|c| c["seconds"].as_f64())
+            .unwrap_or(f64::NAN)
+    };
+    assert!(of("save-restore") > of("same-start"), "{times:?}");
+}
+
 #[test]
 fn check_5_exercises_every_ordered_pair_of_three_vcpus() {
     if !kvm_or_skip() {
@@ -192,12 +221,15 @@ fn verdicts_match_the_host_and_every_format_is_well_formed() {
     }
     let junit = tmp("junit.xml");
     let ktap_path = tmp("check.ktap");
+    let started = std::time::Instant::now();
     let (out, doc) = check(&[
         "--junit",
         junit.to_str().unwrap_or("junit.xml"),
         "--ktap",
         ktap_path.to_str().unwrap_or("check.ktap"),
     ]);
+    let took = started.elapsed().as_secs_f64();
+    check_times_add_up(&doc, took);
 
     // KTAP: valid by the grammar, one result per check, in order, each one
     // saying what the JSON says.
@@ -410,6 +442,15 @@ fn verdicts_match_the_host_and_every_format_is_well_formed() {
         failures as u64,
         doc["counts"]["failed"].as_u64().unwrap_or(99)
     );
+    for (c, j) in cases.iter().zip(checks) {
+        // Each testcase's time is its check's own, as the JSON gives it.
+        let time: f64 = c
+            .attribute("time")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(-1.0);
+        let own = j["seconds"].as_f64().unwrap_or(f64::NAN);
+        assert!((time - own).abs() <= 0.0005, "{time} vs {own}");
+    }
     for c in &cases {
         assert!(c.attribute("name").is_some() && c.attribute("classname").is_some());
         if let Some(f) = c.children().find(|n| n.has_tag_name("failure")) {

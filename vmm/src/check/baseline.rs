@@ -130,6 +130,7 @@ mod tests {
             values: BTreeMap::new(),
             details: Vec::new(),
             baseline: None,
+            seconds: None,
         }
     }
 

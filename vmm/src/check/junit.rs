@@ -1,4 +1,5 @@
-//! JUnit XML for `check --junit FILE`: one testsuite, one testcase per check;
+//! JUnit XML for `check --junit FILE`: one testsuite, one testcase per check
+//! (its `time` the check's own wall time, without the shared measurement);
 //! a FAIL (or a regression) is a `<failure>` whose message is the reason and
 //! whose text lists the measured values; a SKIP is `<skipped>`. The
 //! environment block goes into `<properties>`.
@@ -102,8 +103,9 @@ pub fn render(r: &CheckReport, seconds: f64) -> String {
             .join("\n");
         let _ = write!(
             x,
-            r#"    <testcase classname="tsc-rendezvous.check" name="{}" time="0">"#,
-            escape(&name)
+            r#"    <testcase classname="tsc-rendezvous.check" name="{}" time="{:.3}">"#,
+            escape(&name),
+            c.seconds.unwrap_or(0.0)
         );
         if c.fails() {
             let mut msg = format!("{}: {}", c.verdict.label(), c.reason);
@@ -145,5 +147,24 @@ mod tests {
     fn escaping_covers_markup_and_control_characters() {
         assert_eq!(escape(r#"a<b>&"c'"#), "a&lt;b&gt;&amp;&quot;c&apos;");
         assert_eq!(escape("x\u{1}y\tz"), "x?y\tz");
+    }
+
+    /// Each testcase's time is its check's own; one without a time (an
+    /// earlier version's result) says 0.
+    #[test]
+    fn a_testcase_takes_its_checks_time() {
+        use crate::check::report::{CheckResult, Finding};
+        let timed = CheckResult {
+            seconds: Some(0.25),
+            ..CheckResult::new(1, "a", "a", Finding::pass("ok"))
+        };
+        let untimed = CheckResult::new(2, "b", "b", Finding::pass("ok"));
+        let x = render(
+            &crate::check::report::tests::report(vec![timed, untimed]),
+            1.5,
+        );
+        assert!(x.contains(r#"name="1 a" time="0.250""#), "{x}");
+        assert!(x.contains(r#"name="2 b" time="0.000""#), "{x}");
+        assert!(x.contains(r#"time="1.500""#), "{x}");
     }
 }

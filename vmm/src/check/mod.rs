@@ -77,7 +77,9 @@ pub struct CannotCheck(#[source] pub RunError);
 /// error before the report exists is returned.
 pub fn run_checks(opts: &CheckOptions) -> Result<CheckReport, CannotCheck> {
     let ctx = Context::until(Instant::now() + opts.timeout);
+    let measuring = Instant::now();
     let (ev, stopped) = measure::measure(opts).map_err(CannotCheck)?;
+    let measure_seconds = Some(measuring.elapsed().as_secs_f64());
     let mut incomplete = match stopped {
         Some(e) if e.signal().is_some() => Some(e.to_string()),
         Some(e) => return Err(CannotCheck(e)),
@@ -85,6 +87,7 @@ pub fn run_checks(opts: &CheckOptions) -> Result<CheckReport, CannotCheck> {
     };
     let mut checks = Vec::with_capacity(CHECKS.len());
     for check in CHECKS {
+        let started = Instant::now();
         // After a stop request a check that needs a VM of its own stops at
         // once; the others judge what was measured.
         let finding = match check.run(&ev, &ctx) {
@@ -95,12 +98,10 @@ pub fn run_checks(opts: &CheckOptions) -> Result<CheckReport, CannotCheck> {
             }
             Err(e) => return Err(CannotCheck(e)),
         };
-        checks.push(CheckResult::new(
-            check.number(),
-            check.id(),
-            check.title(),
-            finding,
-        ));
+        checks.push(CheckResult {
+            seconds: Some(started.elapsed().as_secs_f64()),
+            ..CheckResult::new(check.number(), check.id(), check.title(), finding)
+        });
     }
     let mut report = CheckReport {
         schema: SCHEMA.into(),
@@ -112,6 +113,7 @@ pub fn run_checks(opts: &CheckOptions) -> Result<CheckReport, CannotCheck> {
         counts: Counts::default(),
         ok: false,
         incomplete,
+        measure_seconds,
     };
     report.tally();
     Ok(report)

@@ -157,6 +157,11 @@ pub struct CheckResult {
     /// The comparison with a baseline, when one was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<BaselineVerdict>,
+    /// Wall time of this check's own work, seconds: its own VMs and
+    /// measurements and its judgement (the measurement the checks share is
+    /// [`CheckReport::measure_seconds`]). Absent in earlier versions' results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
 }
 
 impl CheckResult {
@@ -171,6 +176,7 @@ impl CheckResult {
             values: finding.values,
             details: finding.details,
             baseline: None,
+            seconds: None,
         }
     }
 
@@ -309,6 +315,12 @@ pub struct CheckReport {
     /// they completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incomplete: Option<String>,
+    /// Wall time of the measurement the checks share (one VM: the state at
+    /// the start, the rounds, the warp and hand-off tests, the kvmclock
+    /// views), seconds; each check's own time is [`CheckResult::seconds`].
+    /// Absent in earlier versions' results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measure_seconds: Option<f64>,
 }
 
 impl CheckReport {
@@ -377,6 +389,7 @@ pub(crate) mod tests {
             counts: Counts::default(),
             ok: false,
             incomplete: None,
+            measure_seconds: None,
         }
     }
 
