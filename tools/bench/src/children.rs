@@ -161,14 +161,24 @@ pub struct Cost {
 }
 
 /// Runs the tsc-rendezvous command line `args` in a child and reads what it
-/// cost; exit codes other than those in `ok_codes` are errors.
+/// cost; exit codes other than those in `ok_codes` are errors. Its stdout
+/// is discarded.
 pub fn cost_of(args: &[String], ok_codes: &[i32]) -> Result<Cost, String> {
+    cost_and_output(args, ok_codes, false).map(|(c, _)| c)
+}
+
+/// As [`cost_of`], with the child's stdout when `keep` (else empty).
+pub fn cost_and_output(
+    args: &[String],
+    ok_codes: &[i32],
+    keep: bool,
+) -> Result<(Cost, Vec<u8>), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let start = Instant::now();
     let out = Command::new(exe)
         .arg("--as-cli")
         .args(args)
-        .stdout(Stdio::null())
+        .stdout(if keep { Stdio::piped() } else { Stdio::null() })
         .stderr(Stdio::piped())
         .output()
         .map_err(|e| e.to_string())?;
@@ -190,10 +200,11 @@ pub fn cost_of(args: &[String], ok_codes: &[i32]) -> Result<Cost, String> {
             .find_map(|w| w.strip_prefix(k)?.strip_prefix('='))
             .and_then(|v| v.parse().ok())
     };
-    Ok(Cost {
+    let cost = Cost {
         peak_kib: field("vmhwm_kib").unwrap_or(0.0) as u64,
         wall_s,
         main_cpu_us: field("main_cpu_us").unwrap_or(f64::NAN),
         all_cpu_us: field("all_cpu_us").unwrap_or(f64::NAN),
-    })
+    };
+    Ok((cost, out.stdout))
 }

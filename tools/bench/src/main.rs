@@ -28,6 +28,7 @@ mod bare;
 mod children;
 mod host_floor;
 mod memory;
+mod profile;
 mod sections;
 mod syscalls;
 mod table;

@@ -9,8 +9,9 @@ use tsc_contract::Variant;
 use tsc_vmm::{run_streaming, Backend, RunOptions};
 
 use crate::bare;
-use crate::children::{cost_of, cpu_clock, opts, time_to_first_line};
+use crate::children::{cost_and_output, cpu_clock, opts, time_to_first_line};
 use crate::host_floor;
+use crate::profile;
 use crate::syscalls;
 use crate::table::{num, Better, Row, Table};
 
@@ -361,6 +362,9 @@ pub fn first_result(t: &mut Table, reps: usize) -> Result<(), String> {
         Better::Lower,
         &noop,
     ));
+    if syscalls::available() {
+        profile::first_run(t, reps)?;
+    }
     Ok(())
 }
 
@@ -368,9 +372,13 @@ pub fn first_result(t: &mut Table, reps: usize) -> Result<(), String> {
 /// of the VMs it creates (counted with strace when it is installed).
 pub fn check(t: &mut Table, reps: usize) -> Result<(), String> {
     let mut walls = Vec::new();
+    let mut parts: Vec<Vec<(String, f64)>> = Vec::new();
     for _ in 0..reps {
         // On a host that ignores TSC writes (PVM) checks fail: exit 1.
-        walls.push(cost_of(&["check".to_string()], &[0, 1])?.wall_s);
+        let args = ["check".to_string(), "--json".to_string()];
+        let (cost, out) = cost_and_output(&args, &[0, 1], true)?;
+        walls.push(cost.wall_s);
+        parts.push(profile::check_parts(&out)?);
     }
     let mut row = Row::new(
         "check_wall_s",
@@ -396,6 +404,7 @@ pub fn check(t: &mut Table, reps: usize) -> Result<(), String> {
     }
     let met = row.value <= 0.3;
     t.rows.push(row.with_target("at most 0.3 s".into(), met));
+    profile::check(t, &parts);
     Ok(())
 }
 

@@ -127,6 +127,74 @@ pub fn vms_created(args: &[&str]) -> Option<u64> {
     )
 }
 
+/// Per thread, in order, the duration of every KVM_RUN (ms) in `strace -f
+/// -T` output (a call split into `<unfinished ...>` and `<... resumed>`
+/// lines is one call, its time on the resumed line).
+fn kvm_runs(text: &str) -> BTreeMap<u32, Vec<f64>> {
+    let mut open: BTreeMap<u32, bool> = BTreeMap::new();
+    let mut runs: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for line in text.lines() {
+        let mut it = line.splitn(2, char::is_whitespace);
+        let (Some(Ok(pid)), Some(rest)) = (it.next().map(str::parse::<u32>), it.next()) else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        let is_run = if rest.starts_with("<... ioctl resumed>") {
+            open.remove(&pid).unwrap_or(false)
+        } else if let Some(args) = rest.strip_prefix("ioctl(") {
+            let run = ioctl_name(args) == "ioctl KVM_RUN";
+            if rest.ends_with("<unfinished ...>") {
+                open.insert(pid, run);
+                continue;
+            }
+            run
+        } else {
+            false
+        };
+        let took = rest
+            .rsplit_once('<')
+            .and_then(|(_, t)| t.strip_suffix('>'))
+            .and_then(|t| t.parse::<f64>().ok());
+        if let (true, Some(t)) = (is_run, took) {
+            runs.entry(pid).or_default().push(t * 1e3);
+        }
+    }
+    runs
+}
+
+/// Per vCPU thread, the durations (ms) of its KVM_RUN calls in a traced
+/// run of the command line `args` (only ioctls are traced, with seccomp-bpf
+/// filtering, so the calls in between are not slowed).
+pub fn kvm_run_times(args: &[&str]) -> Result<Vec<Vec<f64>>, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let file = std::env::temp_dir().join(format!("tsc-bench-runs-{}.txt", std::process::id()));
+    let status = Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "--seccomp-bpf",
+            "-e",
+            "trace=ioctl",
+            "-T",
+            "-o",
+        ])
+        .arg(&file)
+        .arg(&exe)
+        .arg("--as-cli")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("strace: {e}"))?;
+    let text = std::fs::read_to_string(&file).map_err(|e| e.to_string());
+    let _ = std::fs::remove_file(&file);
+    let text = text?;
+    if !status.success() {
+        return Err(format!("the traced run failed ({status})"));
+    }
+    Ok(kvm_runs(&text).into_values().collect())
+}
+
 /// Whether strace can run here.
 pub fn available() -> bool {
     Command::new("strace")
@@ -155,5 +223,26 @@ mod tests {
         assert_eq!(c.get(&(false, "ioctl KVM_GET_MSRS".into())), Some(&1));
         assert_eq!(c.get(&(false, "futex".into())), Some(&1));
         assert_eq!(c.len(), 4);
+    }
+
+    #[test]
+    fn kvm_run_times_are_per_thread_with_split_calls_joined() {
+        let t = "10 ioctl(4, KVM_CREATE_VM, 0) = 4 <0.000400>\n\
+                 11 ioctl(5, KVM_RUN <unfinished ...>\n\
+                 12 ioctl(6, KVM_RUN, 0) = 0 <0.002000>\n\
+                 11 <... ioctl resumed>, 0) = 0 <0.003500>\n\
+                 11 ioctl(5, KVM_GET_MSRS, 0x7f) = 1 <0.000080>\n\
+                 11 ioctl(5, KVM_RUN, 0) = 0 <0.000700>\n\
+                 12 ioctl(6, KVM_GET_MSRS <unfinished ...>\n\
+                 12 <... ioctl resumed>0x7f) = 1 <0.000090>\n";
+        let r = kvm_runs(t);
+        let ms = |v: &[f64]| {
+            v.iter()
+                .map(|x| (x * 1000.0).round() / 1000.0)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ms(&r[&11]), vec![3.5, 0.7]);
+        assert_eq!(ms(&r[&12]), vec![2.0]);
+        assert_eq!(r.len(), 2, "{r:?}");
     }
 }
