@@ -89,7 +89,7 @@
 //! | docs/host-backend.md | "`--timeout`, SIGINT and SIGTERM stop it as they stop" | `native::sigterm_stops_a_long_host_run_with_its_report`, `vmm/src/backend/host/tests.rs::the_deadline_stops_a_round_cleanly`, `vmm/src/backend/host/cpu.rs::relax_unwinds_when_aborted_or_late`, `native::guest_options_are_refused_on_the_host_backend` |
 //! | docs/host-backend.md | "The table in [compare.md](compare.md), "Results", has every variant on" | `native::compare_on_host_threads_works_end_to_end` |
 //! | docs/host-backend.md | "The exit times are ~300 cycles natively against ~70,000-90,000" | `native::every_variant_runs_on_1_2_4_and_8_threads` |
-//! | docs/host-backend.md | "**This machine's `rdtsc` advances in steps of ~24.5 cycles**" | `native::every_variant_runs_on_1_2_4_and_8_threads` |
+//! | docs/host-backend.md | "**This machine's `rdtsc` advances in steps of 10 ns**" | `native::every_variant_runs_on_1_2_4_and_8_threads` |
 //! | docs/host-backend.md | "This OS itself runs in a VM (the report" | `native::the_text_report_says_no_hypervisor_and_names_the_cpu`, `vmm/src/host.rs::cpuinfo_gives_the_first_model_and_its_flags` |
 //! | docs/host-backend.md | "The skew left by Xen's rendezvous is ~100 cycles" | `native::the_std_rendezvous_keeps_a_skew_and_linux_moves_only_what_it_wrote`, `vmm/src/backend/host/tests.rs::the_tsc_rendezvous_removes_a_skew_and_the_std_one_keeps_it` |
 //! | docs/host-backend.md | "Method (c)'s error bar is tens of thousands of" | `native::run_json_validates_and_says_host_and_the_windows_used`, `vmm/src/analysis/tests.rs::the_bracket_error_bar_covers_reads_anywhere_in_both_brackets` |
