@@ -49,14 +49,14 @@ fn parse(text: &str, main_pid: u32) -> Counts {
     counts
 }
 
-/// Traces the bench's own `--as-cli` child running `args` (exit codes 0
-/// and 1 are runs that completed: `check` exits 1 when a check fails).
-fn traced(args: &[String]) -> Result<Counts, String> {
+/// Runs the bench's own `--as-cli` child with `args` under `strace -f -qq`
+/// and `options`; the trace, when the child exited with one of `ok_codes`.
+fn strace_child(options: &[&str], args: &[&str], ok_codes: &[i32]) -> Result<String, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let file = std::env::temp_dir().join(format!("tsc-bench-strace-{}.txt", std::process::id()));
     let status = Command::new("strace")
-        .arg("-f")
-        .arg("-qq")
+        .args(["-f", "-qq"])
+        .args(options)
         .arg("-o")
         .arg(&file)
         .arg(&exe)
@@ -69,9 +69,17 @@ fn traced(args: &[String]) -> Result<Counts, String> {
     let text = std::fs::read_to_string(&file).map_err(|e| e.to_string());
     let _ = std::fs::remove_file(&file);
     let text = text?;
-    if !status.code().is_some_and(|c| c == 0 || c == 1) {
+    if !status.code().is_some_and(|c| ok_codes.contains(&c)) {
         return Err(format!("the traced run failed ({status})"));
     }
+    Ok(text)
+}
+
+/// Traces the bench's own `--as-cli` child running `args` (exit codes 0
+/// and 1 are runs that completed: `check` exits 1 when a check fails).
+fn traced(args: &[String]) -> Result<Counts, String> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let text = strace_child(&[], &args, &[0, 1])?;
     // The first line is the exec of the child itself: its pid is the main
     // thread's.
     let main_pid = text
@@ -166,32 +174,7 @@ fn kvm_runs(text: &str) -> BTreeMap<u32, Vec<f64>> {
 /// run of the command line `args` (only ioctls are traced, with seccomp-bpf
 /// filtering, so the calls in between are not slowed).
 pub fn kvm_run_times(args: &[&str]) -> Result<Vec<Vec<f64>>, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let file = std::env::temp_dir().join(format!("tsc-bench-runs-{}.txt", std::process::id()));
-    let status = Command::new("strace")
-        .args([
-            "-f",
-            "-qq",
-            "--seccomp-bpf",
-            "-e",
-            "trace=ioctl",
-            "-T",
-            "-o",
-        ])
-        .arg(&file)
-        .arg(&exe)
-        .arg("--as-cli")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map_err(|e| format!("strace: {e}"))?;
-    let text = std::fs::read_to_string(&file).map_err(|e| e.to_string());
-    let _ = std::fs::remove_file(&file);
-    let text = text?;
-    if !status.success() {
-        return Err(format!("the traced run failed ({status})"));
-    }
+    let text = strace_child(&["--seccomp-bpf", "-e", "trace=ioctl", "-T"], args, &[0])?;
     Ok(kvm_runs(&text).into_values().collect())
 }
 
