@@ -439,31 +439,32 @@ impl Workers {
     /// Asks threads `ks`, one at a time, for round job `seq`'s read, each
     /// between two reads of this thread's TSC, and waits for its reply:
     /// pushes one bracket per thread onto `after` (its state is filled in
-    /// from the reply). The first wait that ended early says why; the
-    /// threads after it are still waited for (aborted, they reply at once).
+    /// from the reply). A wait that ends early says why; the threads after
+    /// it (aborted by then, they reply without a read) are waited for
+    /// together, within one more grace period at most.
     fn read_each(
         &self,
         ks: std::ops::Range<usize>,
         seq: u64,
         after: &mut Vec<TscState>,
     ) -> Result<(), Ended> {
-        let mut first = Ok(());
-        for k in ks {
+        let none = ThreadState {
+            raw_tsc: 0,
+            offset: 0,
+            adjust: 0,
+        };
+        for k in ks.clone() {
             let host_before = host_rdtsc();
             self.slot(k).read.0.store(seq, Ordering::SeqCst);
             let waited = self.wait(k..k + 1, seq);
             let host_after = host_rdtsc();
-            let none = ThreadState {
-                raw_tsc: 0,
-                offset: 0,
-                adjust: 0,
-            };
             after.push(self.state(none, host_before, host_after));
-            if first.is_ok() {
-                first = waited;
+            if let Err(why) = waited {
+                let _ = self.wait(k + 1..ks.end, seq);
+                return Err(why);
             }
         }
-        first
+        Ok(())
     }
 
     /// Reads every thread's TSC state, one thread at a time, into `out`:
