@@ -4,12 +4,11 @@
 //! the rounds after it).
 
 use crate::syscalls;
-use crate::table::{Better, Row, Table};
+use crate::table::{median_spread, Better, Row, Table};
 
 /// The median of `v` (NaN when empty).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+fn median(v: Vec<f64>) -> f64 {
+    median_spread(&v).0
 }
 
 /// Rounds of the traced runs of [`first_run`].
