@@ -199,7 +199,11 @@ fn check_times_add_up(doc: &Value, took: f64) {
             .and_then(|c| c["seconds"].as_f64())
             .unwrap_or(f64::NAN)
     };
-    assert!(of("save-restore") > of("same-start"), "{times:?}");
+    // Only when check 7 ran its VMs (it SKIPs without the offset attribute,
+    // e.g. on Linux 5.10, and then takes no longer than check 1).
+    if verdict(doc, "save-restore") != "SKIP" {
+        assert!(of("save-restore") > of("same-start"), "{times:?}");
+    }
 }
 
 #[test]
