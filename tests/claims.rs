@@ -754,6 +754,8 @@ fn host() -> HostInfo {
         sync_windows: None,
         initial_skew_cycles: None,
         pacing: None,
+        host_tsc_khz: None,
+        guest_tsc: None,
     }
 }
 
@@ -818,6 +820,7 @@ fn round(seq: u32, variant: Variant, exit: i64, skew: u64, disagreements: usize)
 
 fn options(variants: Vec<Variant>, rounds: u32) -> CompareOptions {
     CompareOptions {
+        tsc: None,
         vcpus: 1,
         variants,
         rounds,

@@ -120,14 +120,16 @@ fn any_state() -> impl Strategy<Value = TscState> {
         any::<[u64; 4]>(),
         proptest::option::of(any::<u64>()),
         any::<u32>(),
+        prop_oneof![Just(0u32), any::<u32>()],
     )
-        .prop_map(|(v, offset, tsc_khz)| TscState {
+        .prop_map(|(v, offset, tsc_khz, host_khz)| TscState {
             adjust: v[0],
             tsc: v[1],
             host_before: v[2],
             host_after: v[3],
             offset,
             tsc_khz,
+            host_khz,
         })
 }
 

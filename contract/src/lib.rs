@@ -178,7 +178,7 @@ pub const CONFIG_MAGIC: u32 = 0x5453_4352; // "RCST" little-endian
 /// Written into [`RoundRecord::magic`] by the guest.
 pub const RECORD_MAGIC: u32 = 0x4443_5254; // "TRCD"
 /// Version of this contract; host and guest refuse to work with another.
-pub const CONTRACT_VERSION: u32 = 4;
+pub const CONTRACT_VERSION: u32 = 5;
 
 /// The rendezvous variants, by their Xen state. The discriminants travel in
 /// [`Config::variant`] and [`RoundRecord::variant`].
@@ -611,6 +611,12 @@ pub enum Op {
     /// reads kvmclock again; what it saw goes to the vCPU's [`ClockRecord`],
     /// tagged with the command's number.
     ClockWrite = 8,
+    /// Reads kvmclock once (the version protocol): `result_a` = the TSC read
+    /// inside the read, `result_b` = kvmclock at it (ns), `result_c` = the
+    /// page's version (bits 0-31) and flags (bits 32-39), `result_d` = its
+    /// multiplier (bits 0-31) and shift (bits 32-39, an i8). A page never
+    /// registered reads version 0.
+    ReadClock = 9,
 }
 
 impl Op {
@@ -626,6 +632,7 @@ impl Op {
             6 => Some(Op::Halt),
             7 => Some(Op::Handoff),
             8 => Some(Op::ClockWrite),
+            9 => Some(Op::ReadClock),
             _ => None,
         }
     }
@@ -1442,10 +1449,11 @@ mod tests {
             Op::Halt,
             Op::Handoff,
             Op::ClockWrite,
+            Op::ReadClock,
         ] {
             assert_eq!(Op::from_raw(op as u32), Some(op));
         }
-        assert_eq!(Op::from_raw(9), None);
+        assert_eq!(Op::from_raw(10), None);
         assert_eq!(
             layout::command(1) - layout::command(0),
             COMMAND_SLOT_SIZE as u64

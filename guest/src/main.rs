@@ -396,6 +396,15 @@ fn command_loop(
                 clock::clocked_write(ops, index, cmd.arg, now.wrapping_add(cmd.value), seq);
                 (0, 0, 0, 0)
             }
+            Some(Op::ReadClock) => {
+                let r = clock::now(ops, index);
+                (
+                    r.tsc,
+                    r.ns,
+                    u64::from(r.version) | (u64::from(r.flags) << 32),
+                    u64::from(r.mul) | (u64::from(r.shift as u8) << 32),
+                )
+            }
             Some(Op::Halt) => {
                 cpu::out32(ports::DONE, seq);
                 cpu::halt_forever()

@@ -2,6 +2,7 @@
 //! the kernel, the CPU, and for the host backend which host CPUs its threads
 //! used.
 
+use crate::tsc::frequency::FrequencySetting;
 use std::fs;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -219,6 +220,14 @@ pub struct HostInfo {
     /// (check, restore) and in earlier documents, and then not written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pacing: Option<Pacing>,
+    /// The host's own TSC rate as KVM knows it (what a vCPU gets unless
+    /// set), kHz; `None` on the host backend and in earlier documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_tsc_khz: Option<u32>,
+    /// `--tsc-khz`: how the guest's TSC frequency was set; `None` when it
+    /// was not (the host's rate), and then not written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_tsc: Option<FrequencySetting>,
 }
 
 /// The host backend's threads and the host CPUs they ran on.
@@ -290,6 +299,10 @@ pub struct VmFacts {
     pub offset_source: OffsetSource,
     /// Whether the guest's CPUID exposes IA32_TSC_ADJUST.
     pub guest_tsc_adjust: bool,
+    /// The host's TSC rate as KVM knows it.
+    pub host_tsc_khz: Option<u32>,
+    /// `--tsc-khz`: how the guest's rate was set.
+    pub guest_tsc: Option<FrequencySetting>,
 }
 
 impl HostInfo {
@@ -312,6 +325,8 @@ impl HostInfo {
             sync_windows: None,
             initial_skew_cycles: None,
             pacing: None,
+            host_tsc_khz: vm.host_tsc_khz,
+            guest_tsc: vm.guest_tsc,
         }
     }
 
@@ -336,7 +351,19 @@ impl HostInfo {
             sync_windows: None,
             initial_skew_cycles: None,
             pacing: None,
+            host_tsc_khz: None,
+            guest_tsc: None,
         }
+    }
+
+    /// The guest's TSC in words: its rate and, when `--tsc-khz` set it,
+    /// how (`None` when the rate is unknown).
+    pub fn tsc_words(&self) -> Option<String> {
+        let k = self.tsc_khz?;
+        Some(match &self.guest_tsc {
+            Some(g) => format!("{k} kHz: --tsc-khz {}", g.describe()),
+            None => format!("{k} kHz"),
+        })
     }
 
     /// Whether the algorithms ran on host threads (no hypervisor involved).
@@ -399,6 +426,8 @@ mod tests {
             sync_windows: Some(Windows::at(2_000_000, (20, 2))),
             initial_skew_cycles: None,
             pacing: Some(Pacing::GuestYield),
+            host_tsc_khz: Some(2_000_000),
+            guest_tsc: None,
         }
     }
 

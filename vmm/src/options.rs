@@ -8,6 +8,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tsc_contract::{Config, Inject, Variant};
 
+use crate::tsc::frequency::TscRequest;
+
 /// Where the algorithms run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -107,6 +109,9 @@ pub struct RunOptions {
     /// kvmclock around every TSC write of the rendezvous (the jump it saw is
     /// reported per round).
     pub kvmclock: bool,
+    /// `--tsc-khz`: the guest's TSC frequency (KVM_SET_TSC_KHZ); `None`: the
+    /// host's. KVM only.
+    pub tsc: Option<TscRequest>,
 }
 
 impl Default for RunOptions {
@@ -125,6 +130,7 @@ impl Default for RunOptions {
             initial_skew: None,
             guest_view: None,
             kvmclock: false,
+            tsc: None,
         }
     }
 }

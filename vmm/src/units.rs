@@ -4,6 +4,12 @@
 
 use std::time::Duration;
 
+/// How much CLOCK_REALTIME (and kvmclock, which KVM derives from the host's
+/// clocks) may run off the TSC under NTP, in parts per million: Linux slews
+/// by at most 500 ppm of frequency (MAXFREQ) plus at most 500 ppm of phase
+/// adjustment (MAX_TICKADJ, 500 us/s).
+pub const NTP_MAX_PPM: u64 = 1_000;
+
 /// A cycle count in nanoseconds at `tsc_khz`.
 pub fn cycles_to_ns(cycles: f64, tsc_khz: u32) -> f64 {
     cycles * 1_000_000.0 / f64::from(tsc_khz)

@@ -143,6 +143,7 @@ mod tests {
             host_after: 0,
             offset: Some(offset as u64),
             tsc_khz: 1_000_000,
+            host_khz: 0,
         }
     }
 
@@ -207,6 +208,7 @@ mod tests {
             host_after: host + 1_000,
             offset: None,
             tsc_khz: 1_000_000,
+            host_khz: 0,
         }
     }
 

@@ -261,8 +261,7 @@ fn analyse_vcpu(
             ));
         }
     }
-    let estimate_delta = signed_delta(s.after.estimated_offset(), s.before.estimated_offset());
-    let estimate_error = s.after.estimate_error() + s.before.estimate_error();
+    let (estimate_delta, estimate_error) = s.after.offset_minus(&s.before);
     let (host, why) = write_honoured(adjust_delta, offset_delta, estimate_delta, estimate_error);
     if let Some(why) = why {
         disagreements.push(format!("vCPU {id}: {why}"));
@@ -424,9 +423,7 @@ fn relative_offsets(
         None => None,
     };
     let jump0 = vcpus.first().and_then(jump);
-    let est0 = samples
-        .first()
-        .map(|s| (s.after.estimated_offset(), s.after.estimate_error()));
+    let state0 = samples.first().map(|s| s.after);
     let off0 = samples.first().and_then(|s| s.after.offset);
     for (i, (v, s)) in vcpus.iter_mut().zip(samples).enumerate() {
         let b = base.rel.get(i).copied().flatten();
@@ -437,13 +434,10 @@ fn relative_offsets(
             (Some(o), Some(o0)) => Some(signed_delta(o, o0)),
             _ => None,
         };
-        if let Some((e0, err0)) = est0 {
-            v.rel_offset_bracket = signed_delta(s.after.estimated_offset(), e0);
-            v.rel_offset_bracket_error = if i == 0 {
-                0
-            } else {
-                s.after.estimate_error() + err0
-            };
+        if let Some(s0) = state0 {
+            let (rel, err) = s.after.offset_minus(&s0);
+            v.rel_offset_bracket = rel;
+            v.rel_offset_bracket_error = if i == 0 { 0 } else { err };
         }
         // What the offsets should be now, when the base and both vCPUs'
         // verdicts are known: moved by the writes that took effect.

@@ -26,6 +26,7 @@ fn state(adjust: u64, offset: Option<u64>, tsc: u64, host: u64) -> TscState {
         host_after: host + 100,
         offset,
         tsc_khz: 2_000_000,
+        host_khz: 0,
     }
 }
 

@@ -140,6 +140,7 @@ impl KvmBackend {
             handoff_exchanges: opts.guest_view.unwrap_or(0),
             kvmclock: opts.kvmclock,
             record_clock: opts.kvmclock,
+            tsc: opts.tsc,
             image,
         };
         let machine = Vm::new(vm::open_kvm()?, &spec)?;

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use tsc_contract::{ClockRecord, PvclockTimeInfo};
 
+use super::frequency::FrequencyEvidence;
 use super::report::{CheckOptions, Environment, Finding, SkewStats};
 use super::tally::RoundTally;
 use crate::error::RunError;
@@ -140,6 +141,9 @@ pub struct Evidence {
     pub handoff: Option<HandoffEvidence>,
     /// kvmclock and the master clock (checks 8 and 9).
     pub clock: ClockEvidence,
+    /// The TSC-frequency family (checks 10-13), measured on VMs of its own
+    /// (absent when stopped before).
+    pub frequency: Option<FrequencyEvidence>,
 }
 
 impl Evidence {

@@ -92,12 +92,16 @@ pub fn actual_skew(states: &[TscState], source: OffsetSource) -> (u64, u64, &'st
         let rel = o.iter().map(|&x| analysis::signed_delta(x, base));
         return (analysis::spread(rel), 0, source.short());
     }
-    let base = states.first().map_or(0, |s| s.estimated_offset());
-    let rel = states
-        .iter()
-        .map(|s| analysis::signed_delta(s.estimated_offset(), base));
-    let err = states.iter().map(|s| s.estimate_error()).max().unwrap_or(0) * 2;
-    (analysis::spread(rel), err, "bracketed IA32_TSC reads")
+    let Some(base) = states.first() else {
+        return (0, 0, "bracketed IA32_TSC reads");
+    };
+    let rel: Vec<(i64, u64)> = states.iter().map(|s| s.offset_minus(base)).collect();
+    let err = rel.iter().map(|r| r.1).max().unwrap_or(0);
+    (
+        analysis::spread(rel.iter().map(|r| r.0)),
+        err,
+        "bracketed IA32_TSC reads",
+    )
 }
 
 #[cfg(test)]
@@ -174,6 +178,7 @@ mod tests {
             host_after: host + 10,
             offset,
             tsc_khz: 1,
+            host_khz: 0,
         }
     }
 

@@ -72,8 +72,8 @@ fn header(r: &CheckReport, out: &mut String) {
     if let Some(c) = &e.clocksource {
         env.push(format!("clocksource {}", escape(c)));
     }
-    if let Some(k) = e.tsc_khz {
-        env.push(format!("TSC {k} kHz"));
+    if let Some(t) = e.tsc_words() {
+        env.push(format!("TSC {}", escape(&t)));
     }
     env.push(format!(
         "offsets from {}",

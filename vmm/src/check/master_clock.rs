@@ -359,4 +359,4 @@ pub fn judge(
 
 #[cfg(test)]
 #[path = "master_clock_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -26,7 +26,7 @@ fn pair(a: u32, b: u32, lower: i64, upper: i64) -> HandoffResult {
 
 /// A two-vCPU view whose kvmclocks differ by `diff` ns ± `half`, with
 /// KVM_GET_CLOCK's flags and the pages' stable bits as given.
-fn view(diff: i64, half: i64, flags: u32, bits: [bool; 2]) -> ClockView {
+pub(crate) fn view(diff: i64, half: i64, flags: u32, bits: [bool; 2]) -> ClockView {
     ClockView {
         clock: Ok(ClockSample {
             flags,
@@ -52,7 +52,7 @@ fn view(diff: i64, half: i64, flags: u32, bits: [bool; 2]) -> ClockView {
     }
 }
 
-const STABLE: u32 = KVM_CLOCK_TSC_STABLE;
+pub(crate) const STABLE: u32 = KVM_CLOCK_TSC_STABLE;
 
 #[test]
 fn a_stable_clock_the_guests_agree_with_passes() {

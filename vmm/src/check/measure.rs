@@ -44,8 +44,16 @@ pub fn measure(opts: &CheckOptions) -> Result<(Evidence, Option<RunError>), RunE
             adjust_write: None,
         },
         initial,
+        frequency: None,
     };
-    let stopped = rounds_and_warp(&mut s, &mut ev).err();
+    let mut stopped = rounds_and_warp(&mut s, &mut ev).err();
+    drop(s);
+    if stopped.is_none() {
+        match super::frequency::measure(opts) {
+            Ok(f) => ev.frequency = Some(f),
+            Err(e) => stopped = Some(e),
+        }
+    }
     Ok((ev, stopped))
 }
 
@@ -54,7 +62,7 @@ const CLOCK_EXCHANGES: u32 = 200;
 
 /// What kvmclock looks like now: KVM_GET_CLOCK, the pages, the vCPUs' TSC
 /// states and their kvmclocks against each other.
-fn clock_view(s: &mut Session) -> Result<ClockView, RunError> {
+pub(super) fn clock_view(s: &mut Session) -> Result<ClockView, RunError> {
     let handoff = s.kvmclock_handoff(CLOCK_EXCHANGES, true)?;
     let states = s.readback()?;
     Ok(ClockView {

@@ -18,24 +18,29 @@
 mod adjust_offset;
 pub mod baseline;
 pub mod evidence;
+mod frequency;
 mod handoff;
 mod judge;
 pub mod junit;
 pub mod ktap;
 mod kvmclock;
+mod kvmclock_frequency;
 mod lock_order;
 pub mod markdown;
 mod master_clock;
 mod measure;
+mod mixed_frequency;
 mod report;
 mod same_start;
 mod save_restore;
 mod save_restore_clock;
+mod scaled_rendezvous;
 mod skew_threshold;
 pub mod tally;
 #[cfg(test)]
 mod testdata;
 mod text;
+mod tsc_frequency;
 pub mod tsc_msrs;
 mod warp;
 mod writes_honoured;
@@ -59,6 +64,10 @@ pub static CHECKS: &[&dyn Check] = &[
     &save_restore::SaveRestore,
     &kvmclock::KvmclockContinuity,
     &master_clock::MasterClock,
+    &tsc_frequency::TscFrequency,
+    &kvmclock_frequency::KvmclockFrequency,
+    &mixed_frequency::MixedFrequency,
+    &scaled_rendezvous::ScaledRendezvous,
 ];
 
 /// How many checks `check` runs ([`CHECKS`]).

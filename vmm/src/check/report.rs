@@ -361,6 +361,8 @@ pub(crate) mod tests {
                     sync_windows: None,
                     initial_skew_cycles: None,
                     pacing: None,
+                    host_tsc_khz: None,
+                    guest_tsc: None,
                     kernel_release: "6.1".into(),
                     kernel_version: Some((6, 1)),
                     kvm_flavor: KvmFlavor::Svm,

@@ -4,7 +4,6 @@
 
 use super::evidence::{Check, Context, Evidence};
 use super::report::Finding;
-use crate::analysis::signed_delta;
 use crate::error::RunError;
 use crate::tsc::{OffsetSource, TscState};
 
@@ -56,12 +55,11 @@ pub fn judge(initial: &[TscState], source: OffsetSource) -> Finding {
         return f;
     }
     // Bracketed estimates: equal within their error bars.
-    let (o0, err0) = (initial[0].estimated_offset(), initial[0].estimate_error());
     let worst = initial
         .iter()
         .map(|t| {
-            let d = signed_delta(t.estimated_offset(), o0).unsigned_abs();
-            (d, t.estimate_error() + err0)
+            let (d, err) = t.offset_minus(&initial[0]);
+            (d.unsigned_abs(), err)
         })
         .max_by_key(|(d, _)| *d)
         .unwrap_or((0, 0));
@@ -100,6 +98,7 @@ mod tests {
             host_after: host + 100,
             offset,
             tsc_khz: khz,
+            host_khz: 0,
         }
     }
 

@@ -63,6 +63,7 @@ const fn read(tsc: u64, host_before: u64, host_after: u64) -> super::writes_hono
         tsc,
         host_before,
         host_after,
+        ratio: crate::tsc::frequency::Ratio::ONE,
     }
 }
 

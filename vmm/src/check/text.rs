@@ -19,8 +19,8 @@ pub fn render_text(r: &CheckReport) -> String {
     if let Some(c) = &e.clocksource {
         let _ = writeln!(out, "  clocksource   {c}");
     }
-    if let Some(k) = e.tsc_khz {
-        let _ = writeln!(out, "  TSC           {k} kHz");
+    if let Some(t) = e.tsc_words() {
+        let _ = writeln!(out, "  TSC           {t}");
     }
     let caps = r
         .environment

@@ -2,6 +2,7 @@
 //! written value plus elapsed time (KVM's evidence, the guest's own, and a
 //! later guest read judged against host time).
 
+use crate::tsc::frequency::Ratio;
 use serde_json::json;
 
 use super::evidence::{Check, Context, Evidence};
@@ -38,11 +39,13 @@ impl Check for WritesHonoured {
                     tsc: s.tsc,
                     host_before: s.host_before,
                     host_after: s.host_after,
+                    ratio: s.ratio(),
                 };
                 let last = Read {
                     tsc,
                     host_before: later.host_before,
                     host_after: later.host_after,
+                    ratio: s.ratio(),
                 };
                 (first, last)
             })
@@ -66,6 +69,10 @@ pub struct Read {
     pub host_before: u64,
     /// The host's TSC just after.
     pub host_after: u64,
+    /// How the guest's TSC runs against the host's (a host interval enters
+    /// the guest's cycles multiplied by it).
+    #[serde(skip)]
+    pub ratio: Ratio,
 }
 
 /// What a later read says about a vCPU's writes.
@@ -95,10 +102,10 @@ pub struct ReadFinding {
     pub says: ReadSays,
 }
 
-/// The later read's criterion, pure. A guest's TSC is the host's plus its
-/// offset; this tool never sets a TSC frequency, so KVM runs every vCPU at
-/// the host's rate (scaling ratio 1) and the guest's TSC advances exactly
-/// as the host's between two reads unless a write moved the offset. From a
+/// The later read's criterion, pure. A guest's TSC is the host's times the
+/// vCPU's ratio (1 unless KVM scales it: `--tsc-khz`) plus its offset, so
+/// between two reads it advances exactly as the host's interval, scaled,
+/// unless a write moved the offset. From a
 /// read before the first round (`first`) to the later one (`last`) the
 /// guest's TSC therefore moved against the host's by what the honoured
 /// writes asked (the TSC_ADJUST deltas, `asked`), by 0 if every write was
@@ -109,8 +116,15 @@ pub struct ReadFinding {
 /// minus written value within the elapsed time").
 pub fn read_says(first: Read, last: Read, asked: i64) -> ReadFinding {
     let guest = last.tsc.wrapping_sub(first.tsc) as i64;
-    let host_min = last.host_before.wrapping_sub(first.host_after) as i64;
-    let host_max = last.host_after.wrapping_sub(first.host_before) as i64;
+    let r = first.ratio;
+    let span = last.host_after.wrapping_sub(first.host_before);
+    let slack = r.scale_error(span) as i128;
+    let scaled = |h: u64| {
+        let v = r.scale(i128::from(h as i64));
+        (v - slack, v + slack)
+    };
+    let host_min = scaled(last.host_before.wrapping_sub(first.host_after)).0 as i64;
+    let host_max = scaled(span).1 as i64;
     let moved = (
         guest.saturating_sub(host_max),
         guest.saturating_sub(host_min),

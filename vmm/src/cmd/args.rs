@@ -1,6 +1,7 @@
 //! Value parsers shared by the subcommands' options: each refuses a bad value
 //! with a message naming the problem and the fix (clap exits 2 with it).
 
+use crate::tsc::frequency::TscRequest;
 use std::time::Duration;
 
 use tsc_contract::{layout, Inject, Variant};
@@ -131,6 +132,23 @@ pub fn parse_initial_skew(s: &str) -> Result<u64, String> {
         )),
     }
 }
+
+/// `--tsc-khz KHZ|RATIOx`: the guest's TSC frequency, in kHz or as a ratio
+/// of the host's rate ([`TscRequest::parse`]).
+pub fn parse_tsc_khz(s: &str) -> Result<TscRequest, String> {
+    TscRequest::parse(s)
+}
+
+/// The help of `--tsc-khz`, the same on every command.
+pub const TSC_KHZ_HELP: &str = "The guest's TSC frequency: KHZ (e.g. 1300000) or a ratio of the \
+    host's rate (e.g. 0.5x, 2x), set with KVM_SET_TSC_KHZ on the VM before its vCPUs exist where \
+    KVM has KVM_CAP_VM_TSC_CONTROL, else on every vCPU (then, if KVM scales, every TSC is written \
+    0 by the host, as QEMU does). Without TSC scaling KVM refuses a rate below the host's and \
+    serves a higher one by catch-up. Default: the host's rate. KVM only.";
+
+/// Why `--tsc-khz` is refused with `--backend host`.
+pub const TSC_KHZ_NEEDS_KVM: &str =
+    "--tsc-khz sets the guest's TSC frequency through KVM: use it with --backend kvm";
 
 /// `--rounds`: at least one, at most what the 32-bit round counter holds
 /// ([`MAX_ROUNDS`]).

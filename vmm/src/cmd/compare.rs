@@ -14,8 +14,8 @@ use clap::Args;
 
 use super::args::{
     parse_backend, parse_bootstrap, parse_duration, parse_initial_skew, parse_inject, parse_rounds,
-    parse_summary_every, parse_timeout, parse_variant_list, parse_vcpus, parse_windows,
-    VariantList,
+    parse_summary_every, parse_timeout, parse_tsc_khz, parse_variant_list, parse_vcpus,
+    parse_windows, VariantList, TSC_KHZ_HELP, TSC_KHZ_NEEDS_KVM,
 };
 use super::common::{cannot_run, create_output, install_stop_handlers, load_guest, Exit};
 use super::run::host_backend_refuses;
@@ -26,6 +26,7 @@ use crate::compare::{
 use crate::options::{default_round_timeout, default_timeout, Backend, Injection, MAX_ROUNDS};
 use crate::output::progress::{self, ProgressLine};
 use crate::report::summary::{self, Every};
+use crate::tsc::frequency::TscRequest;
 
 /// Options of `compare`.
 #[derive(Debug, Args, Clone)]
@@ -128,6 +129,9 @@ pub struct CompareArgs {
     /// exit time measured.
     #[arg(long)]
     pub kvmclock: bool,
+
+    #[arg(long, value_name = "KHZ|RATIOx", value_parser = parse_tsc_khz, help = TSC_KHZ_HELP)]
+    pub tsc_khz: Option<TscRequest>,
 
     /// Make the guest misbehave, to test the error handling (see `run
     /// --help` for the kinds). Round R counts the rounds of a VM, its
@@ -234,6 +238,7 @@ impl CompareArgs {
             sync_windows_ms: self.linux_windows,
             initial_skew: self.initial_skew,
             kvmclock: self.kvmclock,
+            tsc: self.tsc_khz,
             inject: self.inject,
             vcpus: self.vcpus,
             variants: self.variants.0.clone(),
@@ -268,6 +273,9 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
             return Err(cannot_run(
                 "--kvmclock reads the guest's kvmclock: use it with --backend kvm",
             ));
+        }
+        if args.tsc_khz.is_some() {
+            return Err(cannot_run(TSC_KHZ_NEEDS_KVM));
         }
     }
     let image = load_guest(args.guest.as_deref())?;

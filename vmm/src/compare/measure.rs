@@ -197,6 +197,7 @@ impl Measurement {
             inject: opts.inject,
             guest_view: None,
             kvmclock: opts.kvmclock,
+            tsc: opts.tsc,
         };
         let mut round_in_vm = 0u32;
         let mut measured_here = 0u32;
@@ -266,6 +267,7 @@ mod tests {
             sync_windows_ms: (20, 2),
             initial_skew: None,
             kvmclock: false,
+            tsc: None,
             inject: None,
             vcpus: 2,
             variants: Vec::new(),

@@ -61,6 +61,8 @@ pub struct CompareOptions {
     pub initial_skew: Option<u64>,
     /// `--kvmclock`: kvmclock read around every TSC write.
     pub kvmclock: bool,
+    /// `--tsc-khz`: every VM's guest TSC frequency.
+    pub tsc: Option<crate::tsc::frequency::TscRequest>,
     /// A fault every VM's guest injects (testing; round numbers count the
     /// VM's rounds, warm-up included).
     pub inject: Option<crate::options::Injection>,

@@ -174,6 +174,8 @@ mod tests {
             sync_windows: None,
             initial_skew_cycles: None,
             pacing: None,
+            host_tsc_khz: None,
+            guest_tsc: None,
         }
     }
 

@@ -345,6 +345,9 @@ pub fn render_text(r: &Report) -> String {
             let _ = writeln!(out, "  TSC frequency    unknown");
         }
     }
+    if let Some(g) = &h.guest_tsc {
+        let _ = writeln!(out, "  --tsc-khz        {}", g.describe());
+    }
     if let Some(m) = &h.cpu_model {
         let _ = writeln!(out, "  CPU              {m}");
     }

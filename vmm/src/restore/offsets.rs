@@ -103,10 +103,7 @@ pub fn realtime_drift(src: &ClockSample, dst: &ClockSample, khz: u32) -> Result<
     Ok(ns_to_cycles(real, khz)? - tsc)
 }
 
-/// How much CLOCK_REALTIME may run off the TSC under NTP, in parts per
-/// million: Linux slews by at most 500 ppm of frequency (MAXFREQ) plus at
-/// most 500 ppm of phase adjustment (MAX_TICKADJ, 500 us/s).
-pub const NTP_MAX_PPM: u64 = 1_000;
+pub use crate::units::NTP_MAX_PPM;
 
 /// `cycles * NTP_MAX_PPM / 10^6`, rounded up.
 pub fn ntp_allowance(cycles: u64) -> u64 {

@@ -47,6 +47,7 @@ fn state(offset: u64, adjust: i64) -> TscState {
         host_after: 0,
         offset: Some(offset),
         tsc_khz: KHZ,
+        host_khz: 0,
     }
 }
 

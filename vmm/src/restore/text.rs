@@ -24,8 +24,8 @@ pub fn render_text(r: &RestoreReport) -> String {
     let _ = writeln!(out, "\nHost");
     let _ = writeln!(out, "  KVM flavour   {}", h.kvm_flavor.name());
     let _ = writeln!(out, "  kernel        {}", h.kernel_release);
-    if let Some(k) = h.tsc_khz {
-        let _ = writeln!(out, "  TSC           {k} kHz");
+    if let Some(t) = h.tsc_words() {
+        let _ = writeln!(out, "  TSC           {t}");
     }
     if let Some(c) = &h.clocksource {
         let _ = writeln!(out, "  clocksource   {c}");

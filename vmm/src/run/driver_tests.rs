@@ -83,6 +83,8 @@ impl Backend for Fake {
             tsc_offset_attr: false,
             offset_source: OffsetSource::None,
             guest_tsc_adjust: false,
+            host_tsc_khz: None,
+            guest_tsc: None,
         })
     }
 

@@ -11,13 +11,62 @@ use vm_memory::GuestMemoryMmap;
 
 use crate::error::RunError;
 use crate::tsc::clock::{get_clock, ClockSample};
-use crate::tsc::TscState;
+use crate::tsc::frequency::{FrequencySetting, Scaling, TscRequest};
+use crate::tsc::{host_rdtsc, TscError, TscState};
+use crate::vstate::error::PoolError;
 use crate::vstate::sync_area::{self, SyncRound};
 use crate::vstate::vcpu::Command;
 use crate::vstate::vm::{self, Vm, VmSpec};
 use crate::vstate::{memory, Saved, VcpuPool};
 
 pub use seen::{both_directions_bound, interval_apart, Agreement, Handoff, WarpSeen};
+
+/// One guest read of its TSC and kvmclock ([`Session::guest_clock_read`]),
+/// with the host's TSC and CLOCK_MONOTONIC_RAW just before the vCPU was
+/// resumed and just after it reported.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GuestRead {
+    /// The vCPU that read.
+    pub vcpu: u32,
+    /// Its TSC, read inside the kvmclock read.
+    pub tsc: u64,
+    /// Its kvmclock at that TSC, ns.
+    pub kvmclock_ns: u64,
+    /// The page's version (0: never registered).
+    pub version: u32,
+    /// The page's flags.
+    pub flags: u8,
+    /// The page's multiplier.
+    pub mul: u32,
+    /// The page's shift.
+    pub shift: i8,
+    /// Host TSC before the vCPU was resumed.
+    pub host_before: u64,
+    /// Host TSC after it reported.
+    pub host_after: u64,
+    /// Host CLOCK_MONOTONIC_RAW before, ns.
+    pub mono_before_ns: u64,
+    /// And after, ns.
+    pub mono_after_ns: u64,
+}
+
+/// The host's CLOCK_MONOTONIC_RAW, ns.
+pub fn monotonic_raw_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec to the pointer, which points
+    // at `ts`, alive for the call; CLOCK_MONOTONIC_RAW exists on every Linux
+    // this tool runs on (KVM needs it too).
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_RAW, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
 
 /// A running command-mode VM. Dropping it stops every vCPU.
 pub struct Session {
@@ -31,7 +80,28 @@ impl Session {
     /// them are parked, ready for the first command. Everything must finish
     /// within `timeout`.
     pub fn start(vcpus: u32, timeout: Duration) -> Result<Session, RunError> {
-        let machine = Vm::new(vm::open_kvm()?, &VmSpec::command_mode(vcpus))?;
+        Session::start_spec(&VmSpec::command_mode(vcpus), timeout)
+    }
+
+    /// As [`Session::start`], the guest's TSC at `tsc` (`--tsc-khz`; `None`:
+    /// the host's rate).
+    pub fn start_at(
+        vcpus: u32,
+        tsc: Option<TscRequest>,
+        timeout: Duration,
+    ) -> Result<Session, RunError> {
+        Session::start_spec(
+            &VmSpec {
+                tsc,
+                ..VmSpec::command_mode(vcpus)
+            },
+            timeout,
+        )
+    }
+
+    /// As [`Session::start`], for a VM `spec` describes (command mode).
+    pub fn start_spec(spec: &VmSpec<'_>, timeout: Duration) -> Result<Session, RunError> {
+        let machine = Vm::new(vm::open_kvm()?, spec)?;
         let mut s = Session {
             pool: VcpuPool::start(machine, timeout, u32::MAX)?,
             seq: 0,
@@ -338,6 +408,57 @@ impl Session {
     pub fn host_set_offset(&mut self, vcpu: u32, offset: u64) -> Result<(), RunError> {
         self.pool.msr(vcpu, Command::SetOffset(offset), self.seq)?;
         Ok(())
+    }
+
+    /// Host KVM_SET_TSC_KHZ on `vcpu`: `Ok(Ok(()))` set, `Ok(Err(why))`
+    /// when KVM refused the rate (an outcome, not an error of the run).
+    pub fn host_set_tsc_khz(
+        &mut self,
+        vcpu: u32,
+        khz: u32,
+    ) -> Result<Result<(), String>, RunError> {
+        match self.pool.msr(vcpu, Command::SetTscKhz(khz), self.seq) {
+            Ok(_) => Ok(Ok(())),
+            Err(PoolError::Readback {
+                error: TscError::SetTscKhz(why),
+                ..
+            }) => Ok(Err(why)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// How KVM scales this VM's TSCs, and how `--tsc-khz` was applied.
+    pub fn scaling(&self) -> (Scaling, Option<FrequencySetting>) {
+        self.pool.scaling()
+    }
+
+    /// One guest kvmclock read on `vcpu` (the others do nothing), between
+    /// two host reads of the TSC and of CLOCK_MONOTONIC_RAW.
+    pub fn guest_clock_read(&mut self, vcpu: u32) -> Result<GuestRead, RunError> {
+        let mono_before_ns = monotonic_raw_ns();
+        let host_before = host_rdtsc();
+        let r = self.exec_one(
+            vcpu,
+            CommandSlot {
+                op: Op::ReadClock as u32,
+                ..Default::default()
+            },
+        )?;
+        let host_after = host_rdtsc();
+        let mono_after_ns = monotonic_raw_ns();
+        Ok(GuestRead {
+            vcpu,
+            tsc: r.result_a,
+            kvmclock_ns: r.result_b,
+            version: r.result_c as u32,
+            flags: (r.result_c >> 32) as u8,
+            mul: r.result_d as u32,
+            shift: (r.result_d >> 32) as u8 as i8,
+            host_before,
+            host_after,
+            mono_before_ns,
+            mono_after_ns,
+        })
     }
 
     /// Host KVM_SET_MSRS of one MSR on `vcpu`.

@@ -8,11 +8,14 @@
 pub mod clock;
 pub mod clock_points;
 pub mod debugfs;
+pub mod frequency;
 mod state;
 
 pub use state::{host_rdtsc, OffsetSource, TscError, TscState, MSR_IA32_TSC, MSR_IA32_TSC_ADJUST};
 
 use std::path::Path;
+
+use frequency::Scaling;
 
 use kvm_bindings::{kvm_device_attr, kvm_msr_entry, Msrs};
 use kvm_ioctls::VcpuFd;
@@ -197,9 +200,14 @@ pub fn set_msr(vcpu: &VcpuFd, index: u32, data: u64) -> Result<(), TscError> {
     Ok(())
 }
 
-/// Reads everything, the offset through `offsets`.
-pub fn read(vcpu: &VcpuFd, offsets: &OffsetReader) -> Result<TscState, TscError> {
-    read_with(vcpu, offsets, &mut MsrReader::new()?)
+/// Reads everything, the offset through `offsets`; `scaling` says whether
+/// the vCPU's TSC is scaled from the host's ([`TscState::host_khz`]).
+pub fn read(
+    vcpu: &VcpuFd,
+    offsets: &OffsetReader,
+    scaling: &Scaling,
+) -> Result<TscState, TscError> {
+    read_with(vcpu, offsets, &mut MsrReader::new()?, scaling)
 }
 
 /// As [`read`], with a reusable MSR buffer (no allocation).
@@ -207,6 +215,7 @@ pub fn read_with(
     vcpu: &VcpuFd,
     offsets: &OffsetReader,
     msrs: &mut MsrReader,
+    scaling: &Scaling,
 ) -> Result<TscState, TscError> {
     let adjust = msrs.get(vcpu, MSR_IA32_TSC_ADJUST)?;
     let host_before = host_rdtsc();
@@ -223,6 +232,7 @@ pub fn read_with(
         host_after,
         offset,
         tsc_khz,
+        host_khz: scaling.scaled_from(tsc_khz),
     })
 }
 

@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use vmm_sys_util::errno;
 
+use super::frequency::Ratio;
+
 /// IA32_TSC.
 pub const MSR_IA32_TSC: u32 = 0x10;
 /// IA32_TSC_ADJUST.
@@ -24,6 +26,8 @@ pub enum TscError {
     SetOffset(#[source] errno::Error),
     /// KVM_GET_TSC_KHZ: {0}
     GetTscKhz(String),
+    /// KVM_SET_TSC_KHZ: {0}
+    SetTscKhz(String),
     /// reading the TSC offset from KVM's debugfs: {0}
     Debugfs(#[source] std::io::Error),
 }
@@ -44,20 +48,63 @@ pub struct TscState {
     pub offset: Option<u64>,
     /// The vCPU's TSC frequency in kHz.
     pub tsc_khz: u32,
+    /// The host's TSC rate KVM scales this vCPU's TSC from, kHz; 0 when the
+    /// TSC runs at the host's rate (no scaling: see
+    /// [`crate::tsc::frequency::Ratio::effective`]). The bracket (host
+    /// cycles) enters the estimates multiplied by `tsc_khz / host_khz`.
+    pub host_khz: u32,
 }
 
 impl TscState {
-    /// The vCPU's TSC offset estimated from the bracketed read: guest TSC minus
-    /// the bracket's midpoint (wrapping, as offsets are).
-    pub fn estimated_offset(&self) -> u64 {
-        let mid =
-            self.host_before / 2 + self.host_after / 2 + (self.host_before & self.host_after & 1);
-        self.tsc.wrapping_sub(mid)
+    /// How this vCPU's TSC runs against the host's.
+    pub fn ratio(&self) -> Ratio {
+        Ratio {
+            guest_khz: self.tsc_khz,
+            host_khz: self.host_khz,
+        }
     }
 
-    /// Half the bracket's width: the estimate's error bar, in cycles.
+    /// The bracket's midpoint (host cycles).
+    fn mid(&self) -> u64 {
+        self.host_before / 2 + self.host_after / 2 + (self.host_before & self.host_after & 1)
+    }
+
+    /// The vCPU's TSC offset estimated from the bracketed read: guest TSC minus
+    /// the bracket's midpoint in guest cycles (wrapping, as offsets are).
+    pub fn estimated_offset(&self) -> u64 {
+        let mid = self.ratio().scale(i128::from(self.mid()));
+        (i128::from(self.tsc) - mid).rem_euclid(1i128 << 64) as u64
+    }
+
+    /// The estimate's error bar, in (guest) cycles: half the bracket's
+    /// width, scaled, plus the scaling's own error over the whole host TSC.
     pub fn estimate_error(&self) -> u64 {
-        self.host_after.wrapping_sub(self.host_before).div_ceil(2)
+        let r = self.ratio();
+        r.scale_up(self.host_after.wrapping_sub(self.host_before).div_ceil(2))
+            + r.scale_error(self.mid())
+    }
+
+    /// This vCPU's offset minus `base`'s (the same vCPU earlier, or another
+    /// one), estimated from the two bracketed reads, with its error bar.
+    /// At one ratio the host interval between the reads is scaled, not
+    /// each read's host TSC, so the scaling's error stays that of the
+    /// interval.
+    pub fn offset_minus(&self, base: &TscState) -> (i64, u64) {
+        if self.ratio() != base.ratio() {
+            let d = self
+                .estimated_offset()
+                .wrapping_sub(base.estimated_offset()) as i64;
+            return (d, self.estimate_error() + base.estimate_error());
+        }
+        let r = self.ratio();
+        let between = i128::from(self.mid()) - i128::from(base.mid());
+        let tsc = i128::from(self.tsc) - i128::from(base.tsc);
+        let d = (tsc - r.scale(between)).rem_euclid(1i128 << 64) as u64 as i64;
+        let half = |s: &TscState| s.host_after.wrapping_sub(s.host_before).div_ceil(2);
+        let err = r.scale_up(half(self))
+            + r.scale_up(half(base))
+            + r.scale_error(between.unsigned_abs().min(u128::from(u64::MAX)) as u64);
+        (d, err)
     }
 }
 

@@ -41,6 +41,26 @@ pub enum VmError {
     },
     /// {0} failed: {1}
     Kvm(&'static str, #[source] kvm_ioctls::Error),
+    /// KVM_SET_TSC_KHZ({khz} kHz) on {scope} failed ({errno}): {why}
+    SetTscKhz {
+        /// The rate asked for.
+        khz: u32,
+        /// "the VM" or "vCPU N".
+        scope: String,
+        /// What KVM said.
+        errno: String,
+        /// What that means here (from KVM's capabilities and the host's rate).
+        why: String,
+    },
+    /// after KVM_SET_TSC_KHZ on every vCPU, writing their TSCs 0 (KVM_SET_MSRS) failed: {0}
+    Resync(#[source] TscError),
+    /// --tsc-khz {asked} needs the host's TSC rate, and KVM_GET_TSC_KHZ gave none: {why}
+    NoHostRate {
+        /// The option as given.
+        asked: String,
+        /// What KVM said.
+        why: String,
+    },
     /// {0}
     Memory(#[from] MemError),
     /// guest image: {0}

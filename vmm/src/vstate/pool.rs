@@ -28,6 +28,7 @@ use super::vm::Vm;
 use crate::host::VmFacts;
 use crate::options::Windows;
 use crate::stop::{self, Signal};
+use crate::tsc::frequency::{FrequencySetting, Scaling};
 use crate::tsc::{self, debugfs, OffsetReader, OffsetSource, TscState};
 use crate::watchdog::Stall;
 
@@ -108,6 +109,7 @@ impl VcpuPool {
             .as_slice()
             .first()
             .map_or(OffsetSource::None, OffsetReader::source);
+        let scaling = vm.scaling;
         let fds = std::mem::take(&mut vm.vcpus);
         let n = fds.len();
         let (event_tx, event_rx) = mpsc::channel();
@@ -143,7 +145,7 @@ impl VcpuPool {
                 chain: chain.clone(),
             };
             let offsets = readers.next().unwrap_or(OffsetReader::None);
-            let (thread, kicker) = VcpuThread::new(index as u32, fd, link, offsets);
+            let (thread, kicker) = VcpuThread::new(index as u32, fd, link, offsets, scaling);
             // On failure the pool drops here: it joins (or leaks) the threads
             // already started and the VM with them.
             let handle = vcpu::spawn(thread).map_err(PoolError::Spawn)?;
@@ -196,6 +198,13 @@ impl VcpuPool {
         self.vm.as_ref().map(|vm| &vm.fd)
     }
 
+    /// How KVM scales this VM's TSCs, and how `--tsc-khz` was applied.
+    pub fn scaling(&self) -> (Scaling, Option<FrequencySetting>) {
+        self.vm
+            .as_ref()
+            .map_or((Scaling::default(), None), |vm| (vm.scaling, vm.frequency))
+    }
+
     /// Whether KVM has the KVM_VCPU_TSC_OFFSET attribute.
     pub fn has_offset_attr(&self) -> bool {
         self.with_offset
@@ -218,6 +227,12 @@ impl VcpuPool {
             tsc_offset_attr: self.with_offset,
             offset_source: self.offset_source,
             guest_tsc_adjust: self.guest_tsc_adjust(),
+            host_tsc_khz: self
+                .vm
+                .as_ref()
+                .map(|vm| vm.scaling.host_khz)
+                .filter(|&k| k > 0),
+            guest_tsc: self.vm.as_ref().and_then(|vm| vm.frequency),
         }
     }
 

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use kvm_bindings::{kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES};
+use kvm_bindings::{
+    kvm_userspace_memory_region, CpuId, KVM_CAP_VM_TSC_CONTROL, KVM_MAX_CPUID_ENTRIES,
+};
 use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
 use tsc_contract::{
     layout, Config, Variant, CLOCK_KVMCLOCK, CLOCK_RECORD_WRITES, CONFIG_COMMAND_MODE,
@@ -16,6 +18,8 @@ use super::memory::{self, MemError};
 use crate::arch::x86_64::{cpuid, gdt, paging, regs};
 use crate::guest_image;
 use crate::options::{Injection, Windows, FIRST_WINDOW_MS, WINDOW_MS};
+use crate::tsc;
+use crate::tsc::frequency::{self, FrequencySetting, Scaling, SetVia, TscRequest};
 
 /// A VM with its memory set up and its vCPUs created, not yet running.
 ///
@@ -37,6 +41,11 @@ pub struct Vm {
     pub kvmclock: bool,
     /// The windows of Linux's sync written into the config.
     pub sync_windows: Windows,
+    /// Whether and from what KVM scales the vCPUs' TSCs (every readback
+    /// needs it: [`crate::tsc::TscState::host_khz`]).
+    pub scaling: Scaling,
+    /// The guest TSC frequency the VM was created with (`--tsc-khz`).
+    pub frequency: Option<FrequencySetting>,
     /// The thread that created the VM: KVM names the VM's debugfs directory
     /// `<its thread id>-<vm fd>` (`task_pid_nr(current)`), which is the
     /// process id only on the main thread.
@@ -134,6 +143,8 @@ pub struct VmSpec<'a> {
     pub kvmclock: bool,
     /// Round mode, with `kvmclock`: record kvmclock around every TSC write.
     pub record_clock: bool,
+    /// The guest's TSC frequency (`--tsc-khz`); `None`: the host's.
+    pub tsc: Option<TscRequest>,
     /// The guest image (an ELF).
     pub image: &'a [u8],
 }
@@ -164,6 +175,7 @@ impl VmSpec<'static> {
             handoff_exchanges: 0,
             kvmclock: true,
             record_clock: false,
+            tsc: None,
             image: guest_image::EMBEDDED,
         }
     }
@@ -216,10 +228,47 @@ impl Vm {
             .map_err(|e| VmError::Kvm("KVM_GET_SUPPORTED_CPUID", e))?;
         let guest_tsc_adjust = cpuid::has_tsc_adjust(&base_cpuid);
         let kvmclock = spec.kvmclock && cpuid::has_kvmclock(&base_cpuid);
+        let vm_rate = frequency::get_vm_khz(&fd);
+        let early = match spec.tsc {
+            Some(req) if kvm.check_extension_raw(u64::from(KVM_CAP_VM_TSC_CONTROL)) > 0 => {
+                let host = vm_rate.map_err(|e| VmError::NoHostRate {
+                    asked: req.describe(),
+                    why: e.to_string(),
+                })?;
+                let khz = req.resolve(host);
+                frequency::set_vm_khz(&fd, khz)
+                    .map_err(|e| set_error(&kvm, khz, host, "the VM".into(), e.to_string()))?;
+                Some((req, khz, host))
+            }
+            _ => None,
+        };
         let mut vcpu_fds = Vec::with_capacity(spec.vcpus as usize);
         for index in 0..spec.vcpus {
             vcpu_fds.push(create_vcpu(&fd, &base_cpuid, index, entry)?);
         }
+        let first_rate = vcpu_fds.first().and_then(|v| v.get_tsc_khz().ok());
+        let host_khz = early
+            .map(|(_, _, host)| host)
+            .or(vm_rate.ok())
+            .or(first_rate)
+            .unwrap_or(0);
+        let scaling = Scaling {
+            host_khz,
+            tsc_control: kvm.check_extension(Cap::TscControl),
+            tolerance_ppm: frequency::tolerance_ppm(),
+        };
+        let frequency = match (early, spec.tsc) {
+            (Some((asked, khz, host_khz)), _) => Some(FrequencySetting {
+                asked,
+                khz,
+                host_khz,
+                via: SetVia::Vm,
+                resynced: false,
+                scaled: !scaling.ratio(khz).is_one(),
+            }),
+            (None, Some(asked)) => Some(set_per_vcpu(&kvm, &vcpu_fds, asked, &scaling)?),
+            (None, None) => None,
+        };
         // The windows at the guest's TSC frequency (0 when KVM cannot say).
         let khz = vcpu_fds
             .first()
@@ -235,8 +284,72 @@ impl Vm {
             guest_tsc_adjust,
             kvmclock,
             sync_windows,
+            scaling,
+            frequency,
             creator_tid,
         })
+    }
+}
+
+/// KVM_SET_TSC_KHZ on every vCPU, then, where that changed the ratio, every
+/// vCPU's TSC written 0 by the host: KVM keeps each vCPU's creation offset
+/// and changes only its multiplier, which would make the TSC jump.
+fn set_per_vcpu(
+    kvm: &Kvm,
+    vcpus: &[VcpuFd],
+    asked: TscRequest,
+    scaling: &Scaling,
+) -> Result<FrequencySetting, VmError> {
+    if scaling.host_khz == 0 {
+        return Err(VmError::NoHostRate {
+            asked: asked.describe(),
+            why: "neither the VM nor vCPU 0 reported a rate".into(),
+        });
+    }
+    let khz = asked.resolve(scaling.host_khz);
+    for (i, v) in vcpus.iter().enumerate() {
+        v.set_tsc_khz(khz).map_err(|e| {
+            set_error(
+                kvm,
+                khz,
+                scaling.host_khz,
+                format!("vCPU {i}"),
+                e.to_string(),
+            )
+        })?;
+    }
+    let scaled = !scaling.ratio(khz).is_one();
+    if scaled {
+        for v in vcpus {
+            tsc::set_msr(v, tsc::MSR_IA32_TSC, 0).map_err(VmError::Resync)?;
+        }
+    }
+    Ok(FrequencySetting {
+        asked,
+        khz,
+        host_khz: scaling.host_khz,
+        via: SetVia::Vcpu,
+        resynced: scaled,
+        scaled,
+    })
+}
+
+/// The error of a refused KVM_SET_TSC_KHZ, with what KVM's capabilities say
+/// about it.
+fn set_error(kvm: &Kvm, khz: u32, host_khz: u32, scope: String, errno: String) -> VmError {
+    let why = if !kvm.check_extension(Cap::TscControl) && khz < host_khz {
+        format!(
+            "this KVM cannot scale the TSC (KVM_CAP_TSC_CONTROL = 0), and without scaling it \
+             refuses a rate below the host's {host_khz} kHz; ask for at least the host's rate"
+        )
+    } else {
+        "KVM refused the rate".to_string()
+    };
+    VmError::SetTscKhz {
+        khz,
+        scope,
+        errno,
+        why,
     }
 }
 

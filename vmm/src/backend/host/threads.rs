@@ -500,6 +500,7 @@ impl Workers {
             host_after,
             offset: Some(s.offset),
             tsc_khz: self.tsc_khz,
+            host_khz: 0,
         }
     }
 }

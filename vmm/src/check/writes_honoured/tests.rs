@@ -14,11 +14,13 @@ fn pair(moved: i64) -> (Read, Read) {
         tsc: 10_000_000,
         host_before: 9_995_000,
         host_after: 10_005_000,
+        ratio: crate::tsc::frequency::Ratio::ONE,
     };
     let later = Read {
         tsc: 50_005_000u64.wrapping_add(moved as u64),
         host_before: 50_000_000,
         host_after: 50_010_000,
+        ratio: crate::tsc::frequency::Ratio::ONE,
     };
     (first, later)
 }

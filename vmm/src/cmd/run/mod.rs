@@ -16,7 +16,8 @@ use tsc_contract::Variant;
 
 use super::args::{
     parse_backend, parse_duration, parse_initial_skew, parse_inject, parse_rounds,
-    parse_summary_every, parse_timeout, parse_variants, parse_vcpus, parse_windows, VariantChoice,
+    parse_summary_every, parse_timeout, parse_tsc_khz, parse_variants, parse_vcpus, parse_windows,
+    VariantChoice, TSC_KHZ_HELP, TSC_KHZ_NEEDS_KVM,
 };
 use super::common::{
     cannot_run, create_output, incomplete_note, install_stop_handlers, load_guest, Exit,
@@ -32,6 +33,7 @@ use crate::report::summary::{self, Every, RunEntry, RunRecord};
 use crate::report::{self, Report, VariantAccumulator, VariantReport};
 use crate::run::{self, Repeat, RunFacts};
 use crate::stop;
+use crate::tsc::frequency::TscRequest;
 
 mod sinks;
 use sinks::{Json, Stream};
@@ -149,6 +151,9 @@ pub struct RunArgs {
     /// exit time measured.
     #[arg(long)]
     pub kvmclock: bool,
+
+    #[arg(long, value_name = "KHZ|RATIOx", value_parser = parse_tsc_khz, help = TSC_KHZ_HELP)]
+    pub tsc_khz: Option<TscRequest>,
 }
 
 impl Default for RunArgs {
@@ -169,6 +174,7 @@ impl Default for RunArgs {
             initial_skew: None,
             guest_view: None,
             kvmclock: false,
+            tsc_khz: None,
         }
     }
 }
@@ -197,6 +203,9 @@ impl RunArgs {
                 return Err(
                     "--kvmclock reads the guest's kvmclock: use it with --backend kvm".into(),
                 );
+            }
+            if self.tsc_khz.is_some() {
+                return Err(TSC_KHZ_NEEDS_KVM.into());
             }
         }
         match &self.inject {
@@ -412,6 +421,7 @@ fn one_variant(
         initial_skew: args.initial_skew,
         guest_view: args.guest_view,
         kvmclock: args.kvmclock,
+        tsc: args.tsc_khz,
     };
     log::info!(
         "running {} on {} vCPUs ({} backend), {}",

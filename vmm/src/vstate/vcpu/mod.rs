@@ -26,6 +26,7 @@ pub mod error;
 pub mod handoff;
 pub mod state;
 
+use crate::tsc::frequency::Scaling;
 use crate::tsc::{self, TscError, TscState};
 use error::{GuestPanic, Regs, RegsSnapshot, Suberror, VcpuError, Vector};
 use handoff::{Arrive, Hub, Mailbox};
@@ -58,6 +59,9 @@ pub enum Command {
     /// Set the vCPU's TSC offset through KVM_VCPU_TSC_OFFSET (the vCPU is
     /// parked).
     SetOffset(u64),
+    /// Set the vCPU's TSC frequency through KVM_SET_TSC_KHZ, kHz (the vCPU
+    /// is parked).
+    SetTscKhz(u32),
     /// Complete the pending port I/O and save the vCPU's state for a
     /// snapshot (the vCPU is parked; see [`state`]).
     Save,
@@ -102,9 +106,9 @@ pub enum Event {
         /// Its state, or why it could not be read.
         state: Result<TscState, TscError>,
     },
-    /// The answer to [`Command::GetMsr`], [`Command::SetMsr`] and
-    /// [`Command::SetOffset`] (the value
-    /// read, or the value written).
+    /// The answer to [`Command::GetMsr`], [`Command::SetMsr`],
+    /// [`Command::SetOffset`] and [`Command::SetTscKhz`] (the value read,
+    /// or the value written).
     Msr {
         /// The vCPU.
         vcpu: u32,
@@ -143,6 +147,9 @@ pub struct VcpuThread {
     hub: Arc<Hub>,
     stop: Arc<AtomicBool>,
     offsets: tsc::OffsetReader,
+    /// Whether KVM scales this vCPU's TSC from the host's (every readback
+    /// says it).
+    scaling: Scaling,
     console: Vec<u8>,
     done_reported: bool,
     /// Reused for every readback (None only if it could not be allocated:
@@ -186,6 +193,7 @@ impl VcpuThread {
         mut fd: VcpuFd,
         link: Link,
         offsets: tsc::OffsetReader,
+        scaling: Scaling,
     ) -> (VcpuThread, Kicker) {
         let stop = Arc::new(AtomicBool::new(false));
         let kicker = Kicker::new(stop.clone(), fd.get_kvm_run() as *mut kvm_run);
@@ -199,6 +207,7 @@ impl VcpuThread {
                 hub: link.hub,
                 stop,
                 offsets,
+                scaling,
                 console: Vec::new(),
                 done_reported: false,
                 msrs: tsc::MsrReader::new().ok(),
@@ -257,14 +266,26 @@ impl VcpuThread {
                     },
                     false,
                 ),
+                Command::SetTscKhz(khz) => (
+                    Event::Msr {
+                        vcpu: self.index,
+                        value: self
+                            .fd
+                            .set_tsc_khz(khz)
+                            .map(|()| u64::from(khz))
+                            .map_err(|e| TscError::SetTscKhz(e.to_string())),
+                    },
+                    false,
+                ),
                 Command::Save => (
                     Event::Saved {
                         vcpu: self.index,
                         state: {
                             let (offsets, msrs) = (&self.offsets, self.msrs.as_mut());
+                            let scaling = &self.scaling;
                             state::save_vcpu(&mut self.fd, |fd| match msrs {
-                                Some(m) => tsc::read_with(fd, offsets, m),
-                                None => tsc::read(fd, offsets),
+                                Some(m) => tsc::read_with(fd, offsets, m, scaling),
+                                None => tsc::read(fd, offsets, scaling),
                             })
                             .map(Box::new)
                         },
@@ -306,8 +327,8 @@ impl VcpuThread {
     /// This (parked) vCPU's TSC state, through the reusable MSR buffer.
     fn read_state(&mut self) -> Result<TscState, TscError> {
         match &mut self.msrs {
-            Some(m) => tsc::read_with(&self.fd, &self.offsets, m),
-            None => tsc::read(&self.fd, &self.offsets),
+            Some(m) => tsc::read_with(&self.fd, &self.offsets, m, &self.scaling),
+            None => tsc::read(&self.fd, &self.offsets, &self.scaling),
         }
     }
 

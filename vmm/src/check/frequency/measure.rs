@@ -1,0 +1,235 @@
+//! Measuring what checks 10-13 judge, on one-vCPU VMs (one per rate tried),
+//! a two-vCPU VM whose vCPUs run at different rates, and, where KVM can
+//! scale, a two-vCPU VM at half the host's rate running the rendezvous. A
+//! VM that cannot be had is said in [`FrequencyEvidence::errors`] and its
+//! checks judge without it; only a stop request ends the measurement.
+
+use std::time::Duration;
+
+use tsc_contract::RoundRecord;
+
+use super::{FrequencyEvidence, Mixed, Probe, ScaledRounds};
+use crate::analysis::RoundAccumulator;
+use crate::check::measure::clock_view;
+use crate::check::report::CheckOptions;
+use crate::error::RunError;
+use crate::session::{GuestRead, Session};
+use crate::tsc::frequency::{Scaling, SetVia, TscRequest};
+use crate::tsc::TscState;
+use crate::vstate::vm::VmSpec;
+use crate::vstate::VmError;
+
+/// The pause between a probe's first and last reads: long enough that a
+/// bracket of ~100 us bounds the rate to ~1 %, which tells 0.5x and 2x
+/// from 1x with room to spare.
+pub const PAUSE: Duration = Duration::from_millis(20);
+
+/// Guest reads at each end of the pause (the tightest bracket is used).
+const READS: usize = 3;
+
+/// The rates tried, in millionths of the host's: half, double, and half
+/// KVM's tolerance above (a rate KVM takes unscaled).
+pub fn ratios(scaling: &Scaling) -> [u64; 3] {
+    [
+        500_000,
+        2_000_000,
+        1_000_000 + u64::from(scaling.tolerance_ppm / 2).max(1),
+    ]
+}
+
+/// The rendezvous rounds of check 13.
+pub const SCALED_ROUNDS: u32 = 20;
+
+/// Measures the family's evidence. Fails only on a stop request (with what
+/// was measured before it lost).
+pub fn measure(opts: &CheckOptions) -> Result<FrequencyEvidence, RunError> {
+    let mut ev = FrequencyEvidence::default();
+    let (scaling, vm_control) = match Session::start(1, opts.timeout) {
+        Ok(s) => {
+            let vm_control = s.kvm().is_some_and(|k| {
+                k.check_extension_raw(u64::from(kvm_bindings::KVM_CAP_VM_TSC_CONTROL)) > 0
+            });
+            (s.scaling().0, vm_control)
+        }
+        Err(e) => return stop_or(e, ev, "a VM to read KVM's scaling from"),
+    };
+    ev.scaling = scaling;
+    ev.vm_control = vm_control;
+    for ppm in ratios(&scaling) {
+        let khz = TscRequest::RatioPpm(ppm).resolve(scaling.host_khz);
+        match vcpu_probe(opts.timeout, ppm, khz) {
+            Ok(p) => ev.probes.push(p),
+            Err(e) => ev = stop_or(e, ev, &format!("the per-vCPU probe of {khz} kHz"))?,
+        }
+    }
+    if vm_control {
+        for ppm in &ratios(&scaling)[..2] {
+            let khz = TscRequest::RatioPpm(*ppm).resolve(scaling.host_khz);
+            match vm_probe(opts.timeout, *ppm, khz) {
+                Ok(p) => ev.probes.push(p),
+                Err(e) => ev = stop_or(e, ev, &format!("the per-VM probe of {khz} kHz"))?,
+            }
+        }
+    }
+    match mixed(opts.timeout, &scaling) {
+        Ok(m) => ev.mixed = Some(m),
+        Err(e) => ev = stop_or(e, ev, "the mixed-rate VM")?,
+    }
+    if scaling.tsc_control {
+        match scaled(opts) {
+            Ok(s) => ev.scaled = Some(s),
+            Err(e) => ev = stop_or(e, ev, "the scaled rendezvous")?,
+        }
+    }
+    Ok(ev)
+}
+
+/// A stop request ends the measurement; any other error is said in the
+/// evidence, which goes on.
+fn stop_or(
+    e: RunError,
+    mut ev: FrequencyEvidence,
+    what: &str,
+) -> Result<FrequencyEvidence, RunError> {
+    if e.signal().is_some() {
+        return Err(e);
+    }
+    ev.errors.push(format!("{what}: {e}"));
+    Ok(ev)
+}
+
+/// `READS` guest reads on `vcpu`, `PAUSE`, `READS` more.
+fn reads(s: &mut Session, vcpu: u32) -> Result<Vec<GuestRead>, RunError> {
+    let mut out = Vec::with_capacity(2 * READS);
+    for _ in 0..READS {
+        out.push(s.guest_clock_read(vcpu)?);
+    }
+    std::thread::sleep(PAUSE);
+    for _ in 0..READS {
+        out.push(s.guest_clock_read(vcpu)?);
+    }
+    Ok(out)
+}
+
+fn first(states: Vec<TscState>) -> Option<TscState> {
+    states.into_iter().next()
+}
+
+/// KVM_SET_TSC_KHZ on the vCPU of a fresh VM that has run (its kvmclock
+/// registered, read once), and the reads after.
+fn vcpu_probe(timeout: Duration, ratio_ppm: u64, khz: u32) -> Result<Probe, RunError> {
+    let mut s = Session::start(1, timeout)?;
+    let before = first(s.readback()?);
+    let pre = s.guest_clock_read(0)?;
+    let set = s.host_set_tsc_khz(0, khz)?;
+    let after = first(s.readback()?);
+    let reads = if set.is_ok() {
+        reads(&mut s, 0)?
+    } else {
+        Vec::new()
+    };
+    Ok(Probe {
+        scope: SetVia::Vcpu,
+        ratio_ppm,
+        khz,
+        set,
+        reported: after.map(|a| a.tsc_khz),
+        before,
+        after,
+        pre: Some(pre),
+        reads,
+    })
+}
+
+/// KVM_SET_TSC_KHZ on a VM before its vCPU exists, and the reads after.
+fn vm_probe(timeout: Duration, ratio_ppm: u64, khz: u32) -> Result<Probe, RunError> {
+    let spec = VmSpec {
+        tsc: Some(TscRequest::Khz(khz)),
+        ..VmSpec::command_mode(1)
+    };
+    let mut probe = Probe {
+        scope: SetVia::Vm,
+        ratio_ppm,
+        khz,
+        set: Ok(()),
+        reported: None,
+        before: None,
+        after: None,
+        pre: None,
+        reads: Vec::new(),
+    };
+    let mut s = match Session::start_spec(&spec, timeout) {
+        Ok(s) => s,
+        Err(RunError::Vm(VmError::SetTscKhz { errno, why, .. })) => {
+            probe.set = Err(format!("{errno}: {why}"));
+            return Ok(probe);
+        }
+        Err(e) => return Err(e),
+    };
+    probe.after = first(s.readback()?);
+    probe.reported = probe.after.map(|a| a.tsc_khz);
+    probe.reads = reads(&mut s, 0)?;
+    Ok(probe)
+}
+
+/// Two vCPUs, vCPU 1 set to twice the host's rate (which KVM takes with or
+/// without scaling), each reading its kvmclock once, then kvmclock's view.
+fn mixed(timeout: Duration, scaling: &Scaling) -> Result<Mixed, RunError> {
+    let mut s = Session::start(2, timeout)?;
+    let khz = TscRequest::RatioPpm(2_000_000).resolve(scaling.host_khz);
+    let set = vec![s.host_set_tsc_khz(1, khz)?];
+    for v in 0..2 {
+        s.guest_clock_read(v)?;
+    }
+    let view = clock_view(&mut s)?;
+    Ok(Mixed {
+        khz: view.states.iter().map(|st| st.tsc_khz).collect(),
+        set,
+        view,
+    })
+}
+
+/// The rendezvous on two vCPUs at half the host's rate.
+fn scaled(opts: &CheckOptions) -> Result<ScaledRounds, RunError> {
+    let mut s = Session::start_at(2, Some(TscRequest::RatioPpm(500_000)), opts.timeout)?;
+    let mut out = ScaledRounds {
+        setting: s.scaling().1,
+        ..ScaledRounds::default()
+    };
+    let mut before = s.readback()?;
+    let mut acc = RoundAccumulator::new(&before);
+    let mut records: Vec<RoundRecord> = Vec::with_capacity(2);
+    let mut after: Vec<TscState> = Vec::with_capacity(2);
+    for round in 0..SCALED_ROUNDS {
+        s.rendezvous(opts.variant, round, &mut records)?;
+        s.readback_into(&mut after)?;
+        let r = acc.add(round, opts.variant, &records, &after, None);
+        out.tally.add(&r);
+        out.rounds += 1;
+        for d in r
+            .disagreements
+            .iter()
+            .take(3 - out.disagreements.len().min(3))
+        {
+            out.disagreements.push(format!("round {round}: {d}"));
+        }
+        for (b, a) in before.iter().zip(&after) {
+            let (Some(ob), Some(oa)) = (b.offset, a.offset) else {
+                continue;
+            };
+            let exact = oa.wrapping_sub(ob) as i64;
+            let (scaled, err) = a.offset_minus(b);
+            let unscaled = |x: &TscState| TscState { host_khz: 0, ..*x };
+            let (raw, _) = unscaled(a).offset_minus(&unscaled(b));
+            let miss = raw.wrapping_sub(exact);
+            if out
+                .control
+                .is_none_or(|(m, _, _)| miss.unsigned_abs() > m.unsigned_abs())
+            {
+                out.control = Some((miss, scaled.wrapping_sub(exact), err));
+            }
+        }
+        std::mem::swap(&mut before, &mut after);
+    }
+    Ok(out)
+}
