@@ -23,7 +23,7 @@ use crate::vstate::vm;
 /// read; an error later (a stop request, a vCPU failure) is returned beside
 /// what was measured before it.
 pub fn measure(opts: &CheckOptions) -> Result<(Evidence, Option<RunError>), RunError> {
-    let mut s = Session::start(opts.vcpus, opts.timeout)?;
+    let mut s = Session::start_at(opts.vcpus, opts.tsc, opts.timeout)?;
     let initial = s.readback()?;
     let env = Environment {
         host: HostInfo::collect(s.facts(&initial)),

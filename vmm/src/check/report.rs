@@ -221,6 +221,10 @@ pub struct CheckOptions {
     /// The whole check must finish within this.
     #[serde(rename = "timeout_secs", with = "duration_secs")]
     pub timeout: Duration,
+    /// `--tsc-khz`: the guest TSC rate of every VM the checks measure on
+    /// (the frequency family's probes set their own); `None`: the host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tsc: Option<crate::tsc::frequency::TscRequest>,
 }
 
 /// Exchanges per ordered pair of the forced hand-off test by default.
@@ -377,6 +381,7 @@ pub(crate) mod tests {
                 kvm_capabilities: BTreeMap::new(),
             },
             options: CheckOptions {
+                tsc: None,
                 vcpus: 2,
                 rounds: 1,
                 variant: Variant::XenHead,

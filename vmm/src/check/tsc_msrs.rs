@@ -32,7 +32,7 @@ impl Check for TscMsrs {
                 "kernel < 5.10: guest TSC writes go through KVM's synchronisation heuristic, the table does not apply",
             ));
         }
-        let mut s = Session::start(1, ctx.time_left())?;
+        let mut s = Session::start_at(1, ev.options.tsc, ctx.time_left())?;
         if !s.guest_tsc_adjust() {
             return Ok(Finding::skip("the guest's CPUID has no IA32_TSC_ADJUST"));
         }

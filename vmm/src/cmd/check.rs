@@ -12,7 +12,8 @@ use clap::Args;
 use tsc_contract::Variant;
 
 use super::args::{
-    parse_one_variant, parse_percent, parse_positive, parse_rounds, parse_timeout, parse_vcpus,
+    parse_one_variant, parse_percent, parse_positive, parse_rounds, parse_timeout, parse_tsc_khz,
+    parse_vcpus, TSC_KHZ_HELP,
 };
 use super::common::{cannot_run, create_output, install_stop_handlers, Exit};
 use crate::check::baseline::DEFAULT_TOLERANCE;
@@ -22,6 +23,7 @@ use crate::check::{
 use crate::options::default_timeout;
 use crate::output;
 use crate::stop;
+use crate::tsc::frequency::TscRequest;
 
 /// Options of `check`.
 #[derive(Debug, Args, Clone)]
@@ -92,6 +94,9 @@ pub struct CheckArgs {
     /// and vCPU.
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     pub timeout: Option<Duration>,
+
+    #[arg(long, value_name = "KHZ|RATIOx", value_parser = parse_tsc_khz, help = TSC_KHZ_HELP)]
+    pub tsc_khz: Option<TscRequest>,
 }
 
 impl CheckArgs {
@@ -136,6 +141,7 @@ fn check(args: &CheckArgs) -> Result<Exit, Exit> {
         max_skew_ns: args.max_skew_ns,
         max_skew_cycles: args.max_skew_cycles,
         timeout: args.timeout(),
+        tsc: args.tsc_khz,
     };
     let started = Instant::now();
     let mut report = match check::run_checks(&opts) {
