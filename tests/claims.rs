@@ -784,6 +784,7 @@ fn vcpu(id: u32, exit: i64) -> VcpuResult {
         rel_offset_guest: None,
         rel_offset_guest_error: None,
         tsc_khz: 2_000_000,
+        running_khz: 2_000_000,
     }
 }
 

@@ -120,9 +120,9 @@ fn any_state() -> impl Strategy<Value = TscState> {
         any::<[u64; 4]>(),
         proptest::option::of(any::<u64>()),
         any::<u32>(),
-        prop_oneof![Just(0u32), any::<u32>()],
+        (prop_oneof![Just(0u32), any::<u32>()], any::<bool>()),
     )
-        .prop_map(|(v, offset, tsc_khz, host_khz)| TscState {
+        .prop_map(|(v, offset, tsc_khz, (host_khz, scaled))| TscState {
             adjust: v[0],
             tsc: v[1],
             host_before: v[2],
@@ -130,6 +130,7 @@ fn any_state() -> impl Strategy<Value = TscState> {
             offset,
             tsc_khz,
             host_khz,
+            scaled,
         })
 }
 

@@ -144,6 +144,7 @@ mod tests {
             offset: Some(offset as u64),
             tsc_khz: 1_000_000,
             host_khz: 0,
+            scaled: false,
         }
     }
 
@@ -209,6 +210,7 @@ mod tests {
             offset: None,
             tsc_khz: 1_000_000,
             host_khz: 0,
+            scaled: false,
         }
     }
 

@@ -31,7 +31,7 @@ pub fn apply(result: &mut RoundResult, clock: &[ClockRecord], records: &[RoundRe
             ));
             continue;
         }
-        vcpus.push(across_write(v.id, r, v.offset_delta, v.tsc_khz));
+        vcpus.push(across_write(v.id, r, v.offset_delta, v.running_khz));
     }
     if vcpus.is_empty() {
         return;

@@ -80,8 +80,13 @@ pub struct VcpuResult {
     /// Method (d)'s bound: half its interval, cycles.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rel_offset_guest_error: Option<u64>,
-    /// TSC frequency of this vCPU, kHz.
+    /// TSC frequency of this vCPU, kHz (KVM_GET_TSC_KHZ).
     pub tsc_khz: u32,
+    /// The rate its TSC advanced at between guest entries, kHz: `tsc_khz`
+    /// where KVM scales, else the host's ([`TscState::running_khz`]); a
+    /// kvmclock jump's elapsed time is converted at it.
+    #[serde(skip)]
+    pub running_khz: u32,
 }
 
 /// What each vCPU's offset relative to vCPU 0 before a round was known from.
@@ -308,6 +313,7 @@ fn analyse_vcpu(
         rel_offset_guest: None,
         rel_offset_guest_error: None,
         tsc_khz: s.after.tsc_khz,
+        running_khz: s.after.running_khz(),
     }
 }
 

@@ -27,6 +27,7 @@ fn state(adjust: u64, offset: Option<u64>, tsc: u64, host: u64) -> TscState {
         offset,
         tsc_khz: 2_000_000,
         host_khz: 0,
+        scaled: false,
     }
 }
 

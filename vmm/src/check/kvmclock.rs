@@ -24,6 +24,7 @@ use super::report::{Finding, Verdict};
 use crate::analysis::clock_jump::{across_write, ClockJump};
 use crate::error::RunError;
 use crate::host::KvmFlavor;
+use crate::tsc::TscState;
 use crate::units::fmt_int as n;
 
 /// Check 8.
@@ -47,7 +48,7 @@ impl Check for KvmclockContinuity {
         let Some(w) = &c.tsc_write else {
             return Ok(super::judge::missing("kvmclock write test"));
         };
-        let khz = ev.env.host.tsc_khz.unwrap_or(0);
+        let khz = ev.initial.first().map_or(0, TscState::running_khz);
         Ok(judge(
             w,
             c.adjust_write.as_ref(),

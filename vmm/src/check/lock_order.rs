@@ -179,6 +179,7 @@ mod tests {
             offset,
             tsc_khz: 1,
             host_khz: 0,
+            scaled: false,
         }
     }
 

@@ -99,6 +99,7 @@ mod tests {
             offset,
             tsc_khz: khz,
             host_khz: 0,
+            scaled: false,
         }
     }
 

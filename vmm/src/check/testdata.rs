@@ -38,6 +38,7 @@ pub fn vcpu(id: u32, adj: i64, off: Option<i64>, jump: Option<bool>) -> VcpuResu
         rel_offset_guest: None,
         rel_offset_guest_error: None,
         tsc_khz: 1_000_000,
+        running_khz: 1_000_000,
     }
 }
 

@@ -135,6 +135,7 @@ mod tests {
             rel_offset_guest: None,
             rel_offset_guest_error: None,
             tsc_khz: 1,
+            running_khz: 1,
         }
     }
 

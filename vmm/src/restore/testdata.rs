@@ -48,6 +48,7 @@ fn state(offset: u64, adjust: i64) -> TscState {
         offset: Some(offset),
         tsc_khz: KHZ,
         host_khz: 0,
+        scaled: false,
     }
 }
 

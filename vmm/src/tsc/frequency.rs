@@ -258,15 +258,10 @@ impl Scaling {
         )
     }
 
-    /// The host rate that vCPU's TSC is scaled from; 0 when unscaled
-    /// ([`crate::tsc::TscState::host_khz`]).
-    pub fn scaled_from(&self, guest_khz: u32) -> u32 {
-        let r = self.ratio(guest_khz);
-        if r.is_one() {
-            0
-        } else {
-            r.host_khz
-        }
+    /// Whether KVM scales a vCPU whose KVM_GET_TSC_KHZ is `guest_khz`
+    /// ([`crate::tsc::TscState::scaled`]).
+    pub fn scales(&self, guest_khz: u32) -> bool {
+        !self.ratio(guest_khz).is_one()
     }
 }
 

@@ -232,7 +232,8 @@ pub fn read_with(
         host_after,
         offset,
         tsc_khz,
-        host_khz: scaling.scaled_from(tsc_khz),
+        host_khz: scaling.host_khz,
+        scaled: scaling.scales(tsc_khz),
     })
 }
 

@@ -48,19 +48,38 @@ pub struct TscState {
     pub offset: Option<u64>,
     /// The vCPU's TSC frequency in kHz.
     pub tsc_khz: u32,
-    /// The host's TSC rate KVM scales this vCPU's TSC from, kHz; 0 when the
-    /// TSC runs at the host's rate (no scaling: see
-    /// [`crate::tsc::frequency::Ratio::effective`]). The bracket (host
-    /// cycles) enters the estimates multiplied by `tsc_khz / host_khz`.
+    /// The host's TSC rate as KVM knows it, kHz (0: unknown, as on the host
+    /// backend).
     pub host_khz: u32,
+    /// Whether KVM scales this vCPU's TSC from the host's (TSC scaling and a
+    /// rate beyond KVM's tolerance: [`crate::tsc::frequency::Ratio::effective`]);
+    /// then the bracket (host cycles) enters the estimates multiplied by
+    /// `tsc_khz / host_khz`.
+    pub scaled: bool,
 }
 
 impl TscState {
     /// How this vCPU's TSC runs against the host's.
     pub fn ratio(&self) -> Ratio {
-        Ratio {
-            guest_khz: self.tsc_khz,
-            host_khz: self.host_khz,
+        if self.scaled {
+            Ratio {
+                guest_khz: self.tsc_khz,
+                host_khz: self.host_khz,
+            }
+        } else {
+            Ratio::ONE
+        }
+    }
+
+    /// The rate this vCPU's TSC advances at between guest entries, kHz:
+    /// KVM_GET_TSC_KHZ where KVM scales (or nothing else is known), the
+    /// host's where it does not (a rate within KVM's tolerance, or one it
+    /// serves by catch-up, which sets the TSC forward at guest entries only).
+    pub fn running_khz(&self) -> u32 {
+        if self.scaled || self.host_khz == 0 {
+            self.tsc_khz
+        } else {
+            self.host_khz
         }
     }
 

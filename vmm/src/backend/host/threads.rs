@@ -501,6 +501,7 @@ impl Workers {
             offset: Some(s.offset),
             tsc_khz: self.tsc_khz,
             host_khz: 0,
+            scaled: false,
         }
     }
 }

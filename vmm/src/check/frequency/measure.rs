@@ -219,7 +219,10 @@ fn scaled(opts: &CheckOptions) -> Result<ScaledRounds, RunError> {
             };
             let exact = oa.wrapping_sub(ob) as i64;
             let (scaled, err) = a.offset_minus(b);
-            let unscaled = |x: &TscState| TscState { host_khz: 0, ..*x };
+            let unscaled = |x: &TscState| TscState {
+                scaled: false,
+                ..*x
+            };
             let (raw, _) = unscaled(a).offset_minus(&unscaled(b));
             let miss = raw.wrapping_sub(exact);
             if out
