@@ -149,13 +149,36 @@ fn accepted(
     (
         Verdict::Pass,
         format!(
-            "{head}: {seen}{}",
+            "{head}: {seen}{}{}",
             if cannot_tell {
                 " (as close to the asked rate as this bound can tell)"
             } else {
                 ""
-            }
+            },
+            rescaled(p)
         ),
+    )
+}
+
+/// What a per-vCPU set did to a TSC that had run: KVM keeps the vCPU's
+/// offset and changes only its multiplier, so a scaled TSC jumps to the
+/// host's TSC times the new ratio plus the old offset (below zero, i.e.
+/// wrapped, when the ratio shrank). Empty when the offset moved, was not
+/// read, or the TSC's rate did not change.
+pub fn rescaled(p: &Probe) -> String {
+    let (Some(b), Some(a)) = (p.before, p.after) else {
+        return String::new();
+    };
+    if b.offset.is_none() || a.offset != b.offset || a.ratio() == b.ratio() {
+        return String::new();
+    }
+    format!(
+        "; its TSC went from {} to {} across the set with its offset unchanged ({}): KVM \
+         changes only the multiplier, so the TSC is the host's times the new ratio plus the \
+         offset given at creation",
+        n(b.tsc as i64),
+        n(a.tsc as i64),
+        n(b.offset.unwrap_or(0) as i64)
     )
 }
 

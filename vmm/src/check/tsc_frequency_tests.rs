@@ -114,3 +114,36 @@ fn kvm_documents_each_rate_by_scaling_and_tolerance() {
     assert_eq!(Expect::CatchUp.page_khz(4_000_000, HOST_KHZ), HOST_KHZ);
     assert_eq!(Expect::Scaled.page_khz(4_000_000, HOST_KHZ), 4_000_000);
 }
+
+#[test]
+fn a_scaled_tsc_that_jumped_with_its_offset_kept_is_explained() {
+    use crate::tsc::TscState;
+    let mut ev = scaling_kvm();
+    let state = |tsc: u64, khz: u32, scaled: bool| TscState {
+        tsc,
+        offset: Some((-5_000_000_000i64) as u64),
+        tsc_khz: khz,
+        host_khz: HOST_KHZ,
+        scaled,
+        ..TscState::default()
+    };
+    // Created at host TSC 5e9 (offset -5e9), halved at host TSC 9e9:
+    // 0.5 * 9e9 - 5e9 = -5e8.
+    ev.probes[0].before = Some(state(4_000_000_000, HOST_KHZ, false));
+    ev.probes[0].after = Some(state((-500_000_000i64) as u64, HOST_KHZ / 2, true));
+    let v = judge_probe(&ev.probes[0], &ev.scaling);
+    assert_eq!(v.verdict, Verdict::Pass, "{}", v.words);
+    assert!(
+        v.words.contains("went from 4,000,000,000 to -500,000,000"),
+        "{}",
+        v.words
+    );
+    assert!(
+        v.words.contains("offset unchanged (-5,000,000,000)"),
+        "{}",
+        v.words
+    );
+    // An offset that moved with the set explains nothing.
+    ev.probes[0].after.as_mut().expect("after").offset = Some(0);
+    assert!(rescaled(&ev.probes[0]).is_empty());
+}

@@ -84,6 +84,9 @@ fn header(o: &mut String, r: &CompareReport) {
         r.elapsed_seconds,
         r.rounds_per_second
     );
+    if let Some(g) = &r.host.guest_tsc {
+        let _ = writeln!(*o, "Guest TSC: --tsc-khz {}.", g.describe());
+    }
     if let Some(c) = r.host.initial_skew_cycles {
         let line = crate::output::lines::initial_skew_line(r.vcpus, c);
         let _ = writeln!(*o, "{line}.");
