@@ -1,14 +1,13 @@
 //! What a run is asked to do: the backend, the vCPUs, the schedule of
-//! variants, the deadline, the guest image, the windows of Linux's sync and
-//! an optional injected fault. Built by the commands from their arguments and
+//! variants, the deadline, the guest image, the windows of Linux's sync, the
+//! guest's TSC frequency ([`TscRequest`], and how it was set:
+//! [`FrequencySetting`]) and an optional injected fault. Built by the commands from their arguments and
 //! by the tests directly; read by [`crate::rounds`].
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tsc_contract::{Config, Inject, Variant};
-
-use crate::tsc::frequency::TscRequest;
 
 /// Where the algorithms run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -202,8 +201,180 @@ impl Injection {
     }
 }
 
+/// A guest TSC frequency asked for: kHz, or a ratio of the host's rate in
+/// parts per million (`0.5x` is 500,000 ppm).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TscRequest {
+    /// This many kHz.
+    Khz(u32),
+    /// This many millionths of the host's rate.
+    RatioPpm(u64),
+}
+
+impl TscRequest {
+    /// Parses `KHZ` (a whole number of kHz) or `Rx` (a ratio of the host's
+    /// rate with up to six decimals, e.g. `0.5x`, `2x`, `1.0002x`).
+    pub fn parse(text: &str) -> Result<TscRequest, String> {
+        let t = text.trim();
+        if let Some(r) = t.strip_suffix('x').or_else(|| t.strip_suffix('X')) {
+            let ppm = parse_ppm(r).ok_or_else(|| {
+                format!("'{text}' is not a ratio of the host's rate (e.g. 0.5x, 2x, 1.0002x)")
+            })?;
+            if ppm == 0 || ppm > 64_000_000 {
+                return Err(format!(
+                    "'{text}': the ratio must be above 0 and at most 64x (KVM's limit is lower)"
+                ));
+            }
+            return Ok(TscRequest::RatioPpm(ppm));
+        }
+        match t.parse::<u32>() {
+            Ok(0) => Err("a TSC frequency of 0 kHz cannot be set".into()),
+            Ok(k) => Ok(TscRequest::Khz(k)),
+            Err(_) => Err(format!(
+                "'{text}' is neither kHz (e.g. 2000000) nor a ratio of the host's rate (e.g. 0.5x)"
+            )),
+        }
+    }
+
+    /// The kHz asked for on a host of `host_khz` (a ratio rounded to the
+    /// nearest kHz, at least 1).
+    pub fn resolve(self, host_khz: u32) -> u32 {
+        match self {
+            TscRequest::Khz(k) => k,
+            TscRequest::RatioPpm(ppm) => {
+                let k = (u128::from(host_khz) * u128::from(ppm) + 500_000) / 1_000_000;
+                u32::try_from(k).unwrap_or(u32::MAX).max(1)
+            }
+        }
+    }
+
+    /// As the option is written.
+    pub fn describe(self) -> String {
+        match self {
+            TscRequest::Khz(k) => format!("{k} kHz"),
+            TscRequest::RatioPpm(ppm) => format!("{}x the host's rate", fmt_ppm(ppm)),
+        }
+    }
+}
+
+/// `digits[.decimals]` as millionths (at most six decimals).
+fn parse_ppm(s: &str) -> Option<u64> {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    if int.is_empty() && frac.is_empty() || frac.len() > 6 {
+        return None;
+    }
+    let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
+    if !digits(int) || !digits(frac) {
+        return None;
+    }
+    let int: u64 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    let frac: u64 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<6}").parse().ok()?
+    };
+    int.checked_mul(1_000_000)?.checked_add(frac)
+}
+
+/// Millionths as a decimal ratio without trailing zeros (`500000` -> `0.5`).
+pub fn fmt_ppm(ppm: u64) -> String {
+    let s = format!("{}.{:06}", ppm / 1_000_000, ppm % 1_000_000);
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// How KVM_SET_TSC_KHZ was applied to a VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SetVia {
+    /// On the VM before its vCPUs were created (KVM_CAP_VM_TSC_CONTROL).
+    Vm,
+    /// On every vCPU after its creation.
+    Vcpu,
+}
+
+/// The guest TSC frequency a VM was created with (`--tsc-khz`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrequencySetting {
+    /// What was asked for.
+    pub asked: TscRequest,
+    /// The rate set, kHz.
+    pub khz: u32,
+    /// The host's rate as KVM knows it, kHz.
+    pub host_khz: u32,
+    /// Where KVM_SET_TSC_KHZ went.
+    pub via: SetVia,
+    /// After a per-vCPU set that changed the ratio, every vCPU's TSC was
+    /// written 0 by the host (KVM_SET_MSRS, as QEMU does after setting the
+    /// rate): KVM keeps the offset it gave the vCPU at creation and changes
+    /// only the multiplier, so the TSC would otherwise jump.
+    pub resynced: bool,
+    /// Whether KVM scales at this rate ([`crate::tsc::frequency::Ratio::effective`]): KVM_CAP_TSC_CONTROL
+    /// and a rate beyond its tolerance.
+    pub scaled: bool,
+}
+
+impl FrequencySetting {
+    /// In words, for reports.
+    pub fn describe(&self) -> String {
+        let via = match self.via {
+            SetVia::Vm => "KVM_SET_TSC_KHZ on the VM",
+            SetVia::Vcpu if self.resynced => {
+                "KVM_SET_TSC_KHZ on every vCPU, then KVM_SET_MSRS(IA32_TSC = 0)"
+            }
+            SetVia::Vcpu => "KVM_SET_TSC_KHZ on every vCPU",
+        };
+        let how = if self.scaled {
+            let ppm = (u64::from(self.khz) * 1_000_000 + u64::from(self.host_khz) / 2)
+                / u64::from(self.host_khz.max(1));
+            format!("scaled, {}x the host's {} kHz", fmt_ppm(ppm), self.host_khz)
+        } else {
+            format!(
+                "not scaled by KVM (the host's {} kHz: no TSC scaling or within its tolerance)",
+                self.host_khz
+            )
+        };
+        format!("{} kHz ({}), {via}; {how}", self.khz, self.asked.describe())
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn requests_parse_as_khz_or_ratio() {
+        assert_eq!(TscRequest::parse("2000000"), Ok(TscRequest::Khz(2_000_000)));
+        assert_eq!(TscRequest::parse("0.5x"), Ok(TscRequest::RatioPpm(500_000)));
+        assert_eq!(TscRequest::parse("2x"), Ok(TscRequest::RatioPpm(2_000_000)));
+        assert_eq!(TscRequest::parse(".25x"), Ok(TscRequest::RatioPpm(250_000)));
+        assert_eq!(
+            TscRequest::parse("1.0002X"),
+            Ok(TscRequest::RatioPpm(1_000_200))
+        );
+        for bad in ["0", "x", "0x", "-1", "1.5", "1.0000001x", "abc", "", "65x"] {
+            assert!(TscRequest::parse(bad).is_err(), "{bad}");
+        }
+        let e = TscRequest::parse("fast").expect_err("not a rate");
+        assert!(e.contains("kHz") && e.contains("0.5x"), "{e}");
+    }
+
+    #[test]
+    fn ratios_resolve_against_the_host_to_the_nearest_khz() {
+        assert_eq!(TscRequest::RatioPpm(500_000).resolve(2_596_125), 1_298_063);
+        assert_eq!(
+            TscRequest::RatioPpm(2_000_000).resolve(2_596_125),
+            5_192_250
+        );
+        assert_eq!(TscRequest::Khz(123).resolve(2_596_125), 123);
+        assert_eq!(TscRequest::RatioPpm(1).resolve(1), 1, "never 0 kHz");
+        assert_eq!(fmt_ppm(500_000), "0.5");
+        assert_eq!(fmt_ppm(2_000_000), "2");
+        assert_eq!(fmt_ppm(1_000_200), "1.0002");
+        assert_eq!(
+            TscRequest::RatioPpm(500_000).describe(),
+            "0.5x the host's rate"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -4,14 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use tsc_contract::{ClockRecord, PvclockTimeInfo};
+use tsc_contract::ClockRecord;
 
+pub use super::clock_view::ClockView;
 use super::frequency::FrequencyEvidence;
 use super::report::{CheckOptions, Environment, Finding, SkewStats};
 use super::tally::RoundTally;
 use crate::error::RunError;
 use crate::session::{Handoff, WarpSeen};
-use crate::tsc::clock::ClockSample;
 use crate::tsc::TscState;
 use crate::units::cycles_to_ns;
 
@@ -72,21 +72,6 @@ pub enum Control {
     },
     /// No way to move a TSC on this host: what was tried and what it did.
     Impossible(String),
-}
-
-/// What kvmclock looked like at one moment: KVM_GET_CLOCK, every vCPU's
-/// page, every vCPU's TSC state, and what the vCPUs saw of each other's
-/// kvmclock (the forced hand-off test over kvmclock readings, ns).
-#[derive(Clone, Debug, PartialEq)]
-pub struct ClockView {
-    /// KVM_GET_CLOCK, or why it failed.
-    pub clock: Result<ClockSample, String>,
-    /// Every vCPU's kvmclock page.
-    pub pages: Vec<PvclockTimeInfo>,
-    /// Every vCPU's TSC state.
-    pub states: Vec<TscState>,
-    /// Every ordered pair's kvmclock as the guests saw it.
-    pub handoff: Handoff,
 }
 
 /// kvmclock across guest writes of a TSC MSR: what every vCPU read around

@@ -25,11 +25,7 @@ use crate::session::Handoff;
 use crate::tsc::{OffsetSource, TscState};
 use crate::units::fmt_int as n;
 
-/// The floor a bound must be within when the skew is smaller: 100 us, the
-/// skew Linux's clocksource watchdog lets pass (`WATCHDOG_MAX_SKEW`, 100 to
-/// 125 us depending on the version). A guest that resolves every pair's
-/// offset to within it sees every skew Linux would act on.
-pub const FLOOR_NS: u64 = 100_000;
+pub use super::judge::FLOOR_NS;
 
 /// What the guest saw of one ordered pair, against the exact offsets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

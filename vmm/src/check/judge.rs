@@ -5,6 +5,12 @@ use super::report::Finding;
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 
+/// The floor a bound must be within when the skew is smaller: 100 us, the
+/// skew Linux's clocksource watchdog lets pass (`WATCHDOG_MAX_SKEW`, 100 to
+/// 125 us depending on the version). A guest that resolves every pair's
+/// offset to within it sees every skew Linux would act on.
+pub const FLOOR_NS: u64 = 100_000;
+
 /// The hypervisor's name as context for a finding (never as its reason):
 /// ` (host: PVM)`.
 pub fn context(flavor: KvmFlavor) -> String {

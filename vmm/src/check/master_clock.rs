@@ -18,8 +18,8 @@ use serde::Serialize;
 use tsc_contract::PVCLOCK_TSC_STABLE_BIT;
 
 use super::evidence::{Check, ClockView, Context, Evidence};
-use super::handoff::FLOOR_NS;
 use super::judge::context;
+use super::judge::FLOOR_NS;
 use super::report::{Finding, Verdict};
 use crate::error::RunError;
 use crate::host::KvmFlavor;

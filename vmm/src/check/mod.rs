@@ -17,6 +17,7 @@
 
 mod adjust_offset;
 pub mod baseline;
+mod clock_view;
 pub mod evidence;
 mod frequency;
 mod handoff;

@@ -15,7 +15,7 @@ pub use state::{host_rdtsc, OffsetSource, TscError, TscState, MSR_IA32_TSC, MSR_
 
 use std::path::Path;
 
-use frequency::Scaling;
+use state::Scaling;
 
 use kvm_bindings::{kvm_device_attr, kvm_msr_entry, Msrs};
 use kvm_ioctls::VcpuFd;

@@ -1,12 +1,11 @@
 //! What a readback yields and how it fails: one vCPU's TSC state
 //! ([`TscState`]), where its exact offset came from ([`OffsetSource`]),
-//! [`TscError`], the host's own TSC and the MSR numbers.
+//! [`TscError`], the host's own TSC and the MSR numbers, and how a scaled
+//! TSC runs against the host's ([`Ratio`], [`Scaling`]).
 //! A leaf, so that whoever keeps a TSC state needs nothing of KVM.
 
 use serde::{Deserialize, Serialize};
 use vmm_sys_util::errno;
-
-use super::frequency::Ratio;
 
 /// IA32_TSC.
 pub const MSR_IA32_TSC: u32 = 0x10;
@@ -184,5 +183,121 @@ impl OffsetSource {
     /// Whether the offsets it gives are exact.
     pub fn exact(self) -> bool {
         self != OffsetSource::None
+    }
+}
+
+/// How a vCPU's TSC runs against the host's: `guest_khz / host_khz` where
+/// KVM scales, 1:1 where it does not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Ratio {
+    /// The guest's rate, kHz (0: unknown, taken as the host's).
+    pub guest_khz: u32,
+    /// The host's rate as KVM knows it, kHz (0: unknown, taken as the guest's).
+    pub host_khz: u32,
+}
+
+impl Ratio {
+    /// 1:1.
+    pub const ONE: Ratio = Ratio {
+        guest_khz: 0,
+        host_khz: 0,
+    };
+
+    /// The ratio a vCPU whose KVM_GET_TSC_KHZ is `guest_khz` really runs at
+    /// on a host of `host_khz`: scaled only when KVM can scale
+    /// (`tsc_control`: KVM_CAP_TSC_CONTROL) and the rate lies beyond its
+    /// tolerance; else 1:1 (unscaled, or served by catch-up).
+    pub fn effective(
+        guest_khz: u32,
+        host_khz: u32,
+        tsc_control: bool,
+        tolerance_ppm: u32,
+    ) -> Ratio {
+        let off_ppm = |g: u32, h: u32| {
+            (i128::from(g) - i128::from(h)).unsigned_abs() * 1_000_000 / u128::from(h.max(1))
+        };
+        if tsc_control && host_khz != 0 && off_ppm(guest_khz, host_khz) > u128::from(tolerance_ppm)
+        {
+            Ratio {
+                guest_khz,
+                host_khz,
+            }
+        } else {
+            Ratio::ONE
+        }
+    }
+
+    /// Whether host and guest cycles are the same.
+    pub fn is_one(self) -> bool {
+        self.guest_khz == 0 || self.host_khz == 0 || self.guest_khz == self.host_khz
+    }
+
+    /// `host` host cycles in guest cycles, rounded to the nearest.
+    pub fn scale(self, host: i128) -> i128 {
+        if self.is_one() {
+            return host;
+        }
+        let (g, h) = (i128::from(self.guest_khz), i128::from(self.host_khz));
+        (2 * host * g + h).div_euclid(2 * h)
+    }
+
+    /// `host` host cycles in guest cycles, rounded up (for error bars).
+    pub fn scale_up(self, host: u64) -> u64 {
+        if self.is_one() {
+            return host;
+        }
+        let v = (u128::from(host) * u128::from(self.guest_khz)).div_ceil(u128::from(self.host_khz));
+        u64::try_from(v).unwrap_or(u64::MAX)
+    }
+
+    /// A bound on how far [`Ratio::scale`] of a host interval of `span`
+    /// cycles can be from what KVM's fixed-point arithmetic makes of it:
+    /// the ratio's truncation (under 2^-32 relative), both products'
+    /// truncation and this function's rounding. 0 when unscaled.
+    pub fn scale_error(self, span: u64) -> u64 {
+        if self.is_one() {
+            return 0;
+        }
+        (span >> 32) + 3
+    }
+
+    /// The ratio in millionths (1,000,000 when 1:1).
+    pub fn ppm(self) -> u64 {
+        if self.is_one() {
+            return 1_000_000;
+        }
+        (u64::from(self.guest_khz) * 1_000_000 + u64::from(self.host_khz) / 2)
+            / u64::from(self.host_khz)
+    }
+}
+
+/// What decides whether KVM scales a vCPU's TSC: the host's rate as KVM
+/// knows it, whether KVM can scale (KVM_CAP_TSC_CONTROL) and its
+/// tolerance. The same for every vCPU of a VM.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Scaling {
+    /// The host's TSC rate as KVM knows it (what a vCPU gets unless set), kHz.
+    pub host_khz: u32,
+    /// KVM_CAP_TSC_CONTROL: KVM can scale.
+    pub tsc_control: bool,
+    /// Rates this close to the host's are taken unscaled, ppm.
+    pub tolerance_ppm: u32,
+}
+
+impl Scaling {
+    /// How a vCPU whose KVM_GET_TSC_KHZ is `guest_khz` runs ([`Ratio::effective`]).
+    pub fn ratio(&self, guest_khz: u32) -> Ratio {
+        Ratio::effective(
+            guest_khz,
+            self.host_khz,
+            self.tsc_control,
+            self.tolerance_ppm,
+        )
+    }
+
+    /// Whether KVM scales a vCPU whose KVM_GET_TSC_KHZ is `guest_khz`
+    /// ([`crate::tsc::TscState::scaled`]).
+    pub fn scales(&self, guest_khz: u32) -> bool {
+        !self.ratio(guest_khz).is_one()
     }
 }

@@ -12,6 +12,7 @@ use super::{FrequencyEvidence, Mixed, Probe, ScaledRounds};
 use crate::analysis::RoundAccumulator;
 use crate::check::measure::clock_view;
 use crate::check::report::CheckOptions;
+use crate::check::tally::RoundTally;
 use crate::error::RunError;
 use crate::session::{GuestRead, Session};
 use crate::tsc::frequency::{Scaling, SetVia, TscRequest};
@@ -204,8 +205,13 @@ fn scaled(opts: &CheckOptions) -> Result<ScaledRounds, RunError> {
         s.rendezvous(opts.variant, round, &mut records)?;
         s.readback_into(&mut after)?;
         let r = acc.add(round, opts.variant, &records, &after, None);
-        out.tally.add(&r);
+        let mut t = RoundTally::default();
+        t.add(&r);
         out.rounds += 1;
+        out.vcpu_rounds += t.vcpu_rounds;
+        out.mismatches += t.mismatches;
+        out.wrote += t.wrote;
+        out.honoured += t.honoured;
         for d in r
             .disagreements
             .iter()

@@ -30,8 +30,7 @@ pub use measure::measure;
 
 use serde::Serialize;
 
-use super::evidence::ClockView;
-use super::tally::RoundTally;
+use super::clock_view::ClockView;
 use crate::session::GuestRead;
 use crate::tsc::frequency::{fmt_ppm, FrequencySetting, Ratio, Scaling, SetVia};
 use crate::tsc::TscState;
@@ -198,8 +197,14 @@ pub struct ScaledRounds {
     pub setting: Option<FrequencySetting>,
     /// The rounds run.
     pub rounds: u32,
-    /// What they say (offsets against TSC_ADJUST, the writes honoured).
-    pub tally: RoundTally,
+    /// vCPU-rounds compared (offset delta against TSC_ADJUST delta).
+    pub vcpu_rounds: u64,
+    /// Of those, where the offset did not move by the TSC_ADJUST delta.
+    pub mismatches: u64,
+    /// vCPU-rounds with a write.
+    pub wrote: u64,
+    /// Of those, decided as taken effect.
+    pub honoured: u64,
     /// The first disagreements between the methods, in words.
     pub disagreements: Vec<String>,
     /// The control: the vCPU-round where the bracketed estimate with the
