@@ -144,13 +144,19 @@ pub fn judge_probe(p: &Probe, f: &FrequencyEvidence) -> Option<ClockVerdict> {
         .zip(p.reads.first().copied())
         .map(|(a, b)| Across::of(a, b));
     if let Some(a) = across.filter(Across::jumped) {
+        let wrapped = p.after.is_some_and(|s| (s.tsc as i64) < 0);
         fails.push(format!(
-            "kvmclock jumped by {} ns across KVM_SET_TSC_KHZ (page version {} -> {}{})",
+            "kvmclock jumped by {} ns across KVM_SET_TSC_KHZ (page version {} -> {}{}{})",
             n(a.mid_ns()),
             a.version_before,
             a.version_after,
             if a.version_before == a.version_after {
                 ": the page was not updated"
+            } else {
+                ""
+            },
+            if wrapped {
+                "; the TSC itself went below zero with the change: see check 10"
             } else {
                 ""
             }

@@ -40,8 +40,9 @@ impl Check for ScaledRendezvous {
         };
         Ok(match &f.scaled {
             None if !f.scaling.tsc_control => Finding::skip(
-                "KVM cannot scale the TSC here (KVM_CAP_TSC_CONTROL = 0): a higher rate is served \
-                 by catch-up, which is not a linear TSC to run the rendezvous on",
+                "KVM cannot scale the TSC here (KVM_CAP_TSC_CONTROL = 0): there is no scaled TSC \
+                 to run the rendezvous on (a higher rate could only be served by catch-up, which \
+                 is not a linear TSC: check 10 says whether it is served at all)",
             ),
             None => Finding::skip(format!(
                 "the scaled VM could not be measured: {}",
