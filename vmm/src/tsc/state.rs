@@ -99,7 +99,7 @@ impl TscState {
     pub fn estimate_error(&self) -> u64 {
         let r = self.ratio();
         r.scale_up(self.host_after.wrapping_sub(self.host_before).div_ceil(2))
-            + r.scale_error(self.mid())
+            .saturating_add(r.scale_error(self.mid()))
     }
 
     /// This vCPU's offset minus `base`'s (the same vCPU earlier, or another
@@ -112,16 +112,20 @@ impl TscState {
             let d = self
                 .estimated_offset()
                 .wrapping_sub(base.estimated_offset()) as i64;
-            return (d, self.estimate_error() + base.estimate_error());
+            return (
+                d,
+                self.estimate_error().saturating_add(base.estimate_error()),
+            );
         }
         let r = self.ratio();
         let between = i128::from(self.mid()) - i128::from(base.mid());
         let tsc = i128::from(self.tsc) - i128::from(base.tsc);
         let d = (tsc - r.scale(between)).rem_euclid(1i128 << 64) as u64 as i64;
         let half = |s: &TscState| s.host_after.wrapping_sub(s.host_before).div_ceil(2);
-        let err = r.scale_up(half(self))
-            + r.scale_up(half(base))
-            + r.scale_error(between.unsigned_abs().min(u128::from(u64::MAX)) as u64);
+        let err = r
+            .scale_up(half(self))
+            .saturating_add(r.scale_up(half(base)))
+            .saturating_add(r.scale_error(between.unsigned_abs().min(u128::from(u64::MAX)) as u64));
         (d, err)
     }
 }
