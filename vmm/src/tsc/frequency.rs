@@ -96,6 +96,29 @@ mod tests {
     }
 
     #[test]
+    fn a_tsc_runs_at_the_scaled_rate_or_the_hosts_and_catches_up_only_without_scaling() {
+        let host = 2_000_000;
+        let scaling = |tsc_control| Scaling {
+            host_khz: host,
+            tsc_control,
+            tolerance_ppm: 250,
+        };
+        let (yes, no) = (scaling(true), scaling(false));
+        assert_eq!(yes.running_khz(1_000_000), 1_000_000, "scaled");
+        assert_eq!(
+            no.running_khz(4_000_000),
+            host,
+            "catch-up runs at the host's"
+        );
+        assert_eq!(yes.running_khz(2_000_400), host, "within the tolerance");
+        assert!(no.catches_up(4_000_000));
+        assert!(!yes.catches_up(4_000_000), "scaled, not caught up");
+        assert!(!no.catches_up(2_000_400), "within the tolerance");
+        assert!(!no.catches_up(1_000_000), "below: refused, not caught up");
+        assert_eq!(Scaling::default().running_khz(1_234), 1_234, "host unknown");
+    }
+
+    #[test]
     fn scaling_rounds_to_the_nearest_cycle_and_bounds_kvms_fixed_point() {
         let r = Ratio {
             guest_khz: 1_000_000,

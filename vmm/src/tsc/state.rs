@@ -304,4 +304,25 @@ impl Scaling {
     pub fn scales(&self, guest_khz: u32) -> bool {
         !self.ratio(guest_khz).is_one()
     }
+
+    /// The rate a vCPU whose KVM_GET_TSC_KHZ is `guest_khz` runs its TSC
+    /// at between guest entries, kHz, as [`TscState::running_khz`]: the
+    /// rate where KVM scales (or the host's is unknown), else the host's.
+    pub fn running_khz(&self, guest_khz: u32) -> u32 {
+        if self.scales(guest_khz) || self.host_khz == 0 {
+            guest_khz
+        } else {
+            self.host_khz
+        }
+    }
+
+    /// Whether KVM serves `guest_khz` by catch-up: no TSC scaling, a rate
+    /// above the host's beyond the tolerance. The TSC then runs at the
+    /// host's rate between guest entries and KVM moves it forward (never
+    /// back) at entries, towards where `guest_khz` would have taken it.
+    pub fn catches_up(&self, guest_khz: u32) -> bool {
+        !self.tsc_control
+            && guest_khz > self.host_khz
+            && !Ratio::effective(guest_khz, self.host_khz, true, self.tolerance_ppm).is_one()
+    }
 }
