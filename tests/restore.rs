@@ -662,11 +662,12 @@ fn a_failure_in_any_step_frees_both_vms() {
         timeout: Duration::from_secs(60),
         fail_at,
         chain: true,
+        tsc: None,
     };
     // Warm up: the kick handler, the logger, allocator arenas.
     let (_, e) = measure_method(&opts(None), Method::Msr);
     assert!(e.is_none(), "{e:?}");
-    let support = probe_restore(Duration::from_secs(60))
+    let support = probe_restore(Duration::from_secs(60), None)
         .unwrap_or_else(|e| panic!("probe: {e}"))
         .support;
     let methods: Vec<Method> = [Method::Msr, Method::Documented]

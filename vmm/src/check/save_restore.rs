@@ -16,6 +16,7 @@ use super::save_restore_clock;
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 use crate::restore::{self, Method, MethodOptions, MethodReport, RestoreError, Step, Support};
+use crate::tsc::frequency::Ratio;
 use crate::units::fmt_int as n;
 
 /// Check 7.
@@ -57,6 +58,7 @@ impl Check for SaveRestore {
             timeout: ctx.time_left(),
             fail_at: None,
             chain: true,
+            tsc: None,
         };
         let (run, error) = restore::measure_method(&opts, Method::Documented);
         let report = MethodReport::from_run(&run, &opts);
@@ -101,6 +103,7 @@ fn values(f: Finding, r: &MethodReport) -> Finding {
         .with("skew_after_cycles", r.skew_after_cycles)
         .with("delay_ms", r.delay_ms)
         .with("host_time_passed", r.host_time_passed)
+        .with("rate", &r.rate)
         .with("clock", &r.clock)
         .with("warp", r.warp)
         .with("vcpus", &r.vcpus)
@@ -263,13 +266,23 @@ fn nothing_to_keep(v: &[restore::report::VcpuReport], open: &mut Vec<String>) {
 }
 
 /// What the clock says: the shift the method applied against the host's
-/// real-time drift. A stepped host clock leaves it open, and so does a
-/// bound that is not below the drift: then a restore that applied no shift
-/// at all (|0 - drift| <= bound) would pass as well.
+/// real-time drift (plus the rate gap where KVM reports a rate it does not
+/// scale to: what the shift must equal). A stepped host clock leaves it
+/// open, and so does a bound that is not below that: then a restore that
+/// applied no shift at all (|0 - expected| <= bound) would pass as well.
 fn clock_findings(r: &MethodReport, fails: &mut Vec<String>, open: &mut Vec<String>) {
     if let Some(c) = &r.clock {
-        let off = (i128::from(c.shift_cycles) - i128::from(c.realtime_drift_cycles)).unsigned_abs();
+        let expected = i128::from(c.realtime_drift_cycles) + i128::from(c.rate_gap_cycles);
+        let off = (i128::from(c.shift_cycles) - expected).unsigned_abs();
         let drift = c.realtime_drift_cycles.unsigned_abs();
+        let gap = if c.rate_gap_cycles == 0 {
+            String::new()
+        } else {
+            format!(
+                " plus the rate gap {} (KVM reports a rate it does not scale to)",
+                n(c.rate_gap_cycles)
+            )
+        };
         if drift > c.drift_bound_cycles {
             open.push(format!(
                 "CLOCK_REALTIME moved {} cycles against the host TSC during the restore, more than \
@@ -279,18 +292,18 @@ fn clock_findings(r: &MethodReport, fails: &mut Vec<String>, open: &mut Vec<Stri
             ));
         } else if off > u128::from(c.shift_bound_cycles) {
             fails.push(format!(
-                "the offsets shifted by {} cycles, but real time drifted {} against the TSC \
+                "the offsets shifted by {} cycles, but real time drifted {} against the TSC{gap} \
                  (|difference| {} > bound {}): the restore did not carry the time that passed",
                 n(c.shift_cycles),
                 n(c.realtime_drift_cycles),
                 n(off as i128),
                 n(c.shift_bound_cycles)
             ));
-        } else if drift <= c.shift_bound_cycles {
+        } else if expected.unsigned_abs() <= u128::from(c.shift_bound_cycles) {
             open.push(format!(
                 "the clock shift could not be judged: real time drifted {} cycles against the \
-                 TSC, within the bound ± {} on |shift - drift|, so a restore that applied no \
-                 shift would pass as well as this one's {}",
+                 TSC{gap}, within the bound ± {} on |shift - drift|, so a restore that applied \
+                 no shift would pass as well as this one's {}",
                 n(c.realtime_drift_cycles),
                 n(c.shift_bound_cycles),
                 n(c.shift_cycles)
@@ -310,13 +323,39 @@ fn pass_reason(
         .max_ns
         .map_or_else(|| "?".into(), |ns| format!("{:.1} ms", ns / 1e6));
     let clock = r.clock.as_ref().map_or_else(String::new, |c| {
+        let literal = if c.literal_miss_cycles == 0 {
+            String::new()
+        } else {
+            format!(
+                "; vcpu.rst's formula taken literally (the host TSC difference unscaled) would \
+                 have put every guest TSC off by {} cycles ({})",
+                n(c.literal_miss_cycles),
+                c.literal_miss_ns
+                    .map_or_else(|| "?".into(), |ns| format!("{:.3} ms", ns / 1e6))
+            )
+        };
         format!(
-            " plus the method's shift of {} cycles (real-time drift {} ± {})",
+            " plus the method's shift of {} cycles (real-time drift {}{} ± {}){literal}",
             n(c.shift_cycles),
             n(c.realtime_drift_cycles),
+            if c.rate_gap_cycles == 0 {
+                String::new()
+            } else {
+                format!(" + rate gap {}", n(c.rate_gap_cycles))
+            },
             n(c.shift_bound_cycles)
         )
     });
+    let scaled = r
+        .rate
+        .as_ref()
+        .filter(|x| x.scaled)
+        .map_or_else(String::new, |x| {
+            format!(
+                " at {}x the host's rate",
+                crate::tsc::frequency::fmt_ppm(x.ratio_ppm)
+            )
+        });
     let warp = match w.verdict {
         Verdict::Pass => format!("warp test: {}", w.reason),
         Verdict::Skip => "warp test: one vCPU".into(),
@@ -324,15 +363,32 @@ fn pass_reason(
     };
     format!(
         "every relative offset bit-exact after the restore (skew {} cycles), TSC_ADJUST exact, \
-         every guest TSC moved forward by the host time that passed ({ms}){clock}; {warp}",
+         every guest TSC moved forward by the host time that passed ({ms}{scaled}){clock}; {warp}",
         n(skew)
     )
 }
 
 /// Every guest TSC moved forward, by the host time that passed between the
-/// reads (a bracket) plus the vCPU's offset change: the guest's TSC is the
-/// host's plus its offset (no scaling), so the sum is exact.
+/// reads (a bracket, in guest cycles at the ratio KVM runs the restored TSC
+/// at, widened by its fixed-point error) plus the vCPU's offset change: the
+/// guest's TSC is the host's times the ratio plus its offset, so the sum is
+/// exact. Where KVM serves the rate by catch-up it also moves the TSC
+/// forward at guest entries, by at most the rest of the host time at the
+/// rate it reports: the upper end is widened by that.
 fn guest_time(r: &MethodReport, passed: restore::report::HostInterval, fails: &mut Vec<String>) {
+    let ratio = r.rate.as_ref().map_or(Ratio::ONE, |x| x.ratio);
+    let e = i128::from(ratio.scale_error(passed.max_cycles));
+    let scaled = |c: u64| ratio.scale(i128::from(c));
+    let catch_up = match (&r.rate, r.tsc_khz) {
+        (Some(x), Some(khz)) if x.catch_up => {
+            let nominal = Ratio {
+                guest_khz: khz,
+                host_khz: x.host_khz,
+            };
+            (nominal.scale(i128::from(passed.max_cycles)) - scaled(passed.max_cycles)).max(0) + 1
+        }
+        _ => 0,
+    };
     for x in &r.vcpus {
         let (Some(adv), Some(b), Some(a)) =
             (x.guest_advance_cycles, x.offset_before, x.offset_after)
@@ -341,8 +397,8 @@ fn guest_time(r: &MethodReport, passed: restore::report::HostInterval, fails: &m
             return;
         };
         let moved = i128::from(a.wrapping_sub(b) as i64);
-        let lo = i128::from(passed.min_cycles) + moved;
-        let hi = i128::from(passed.max_cycles) + moved;
+        let lo = scaled(passed.min_cycles) - e + moved;
+        let hi = scaled(passed.max_cycles) + e + moved + catch_up;
         if adv < 0 {
             fails.push(format!(
                 "vCPU {}'s TSC went backwards across the restore by {} cycles",
@@ -353,9 +409,14 @@ fn guest_time(r: &MethodReport, passed: restore::report::HostInterval, fails: &m
         }
         if !(lo..=hi).contains(&i128::from(adv)) {
             fails.push(format!(
-                "vCPU {}'s TSC moved by {} cycles, not by the host time that passed plus its offset's change ({}..{})",
+                "vCPU {}'s TSC moved by {} cycles, not by the host time that passed{} plus its offset's change ({}..{})",
                 x.id,
                 n(adv),
+                if ratio.is_one() {
+                    String::new()
+                } else {
+                    format!(" scaled by {}", crate::tsc::frequency::fmt_ppm(ratio.ppm()))
+                },
                 n(lo),
                 n(hi)
             ));

@@ -121,6 +121,7 @@ impl RestoreArgs {
                 .unwrap_or(Duration::from_secs(60) + Duration::from_secs(1) * self.vcpus),
             fail_at,
             chain: !self.no_chain,
+            tsc: None,
         }
     }
 }

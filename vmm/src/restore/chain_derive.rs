@@ -2,7 +2,7 @@
 //! keeps after one and after two restores ([`keeps`]), from what was
 //! measured (pure).
 
-use super::clock_derive::{restore_clock, ClockInputs};
+use super::clock_derive::{restore_clock, ClockInputs, Rates};
 use super::clock_report::{ChainReport, ChainVcpu, Keeps, MasterClock, RestoreClock};
 use super::keeps::{kept_after, relative, skew_kept};
 use super::record::ChainRun;
@@ -22,8 +22,8 @@ pub fn spread_of(values: &[Option<i64>]) -> Option<u64> {
     all.filter(|v| !v.is_empty()).map(spread)
 }
 
-/// The chained restore's report: `n` vCPUs at `khz`.
-pub fn chain(c: &ChainRun, khz: u32, n: usize, why_not: Option<&str>) -> ChainReport {
+/// The chained restore's report: `n` vCPUs, cycles converted at `rates`.
+pub fn chain(c: &ChainRun, rates: Rates, n: usize, why_not: Option<&str>) -> ChainReport {
     let saved_states: Option<Vec<TscState>> = c
         .snapshot
         .as_ref()
@@ -55,7 +55,7 @@ pub fn chain(c: &ChainRun, khz: u32, n: usize, why_not: Option<&str>) -> ChainRe
         last: c.clock_last.as_ref(),
         first: c.clock_first.as_ref(),
         delay_ms: c.delay.map(|d| d.as_secs_f64() * 1e3),
-        khz,
+        rates,
         trace: c.trace.as_ref(),
         snapshot_clock: c.snapshot.as_ref().and_then(|s| s.clock.as_ref()),
         after: c.clock_after.as_ref(),

@@ -6,7 +6,8 @@
 //! (K_a); the host TSC brackets both reading commands, so the host time
 //! between the two readings lies in `[E_min, E_max]` (the later command's
 //! start minus the earlier's end, its end minus the earlier's start), in ns
-//! at the TSC frequency, rounded outwards. The jump is `K_a - K_b - E`: in
+//! at the host's TSC rate (not the guest's, which KVM may scale), rounded
+//! outwards. The jump is `K_a - K_b - E`: in
 //! `[K_a - K_b - E_max, K_a - K_b - E_min]`. A continuous kvmclock jumps by
 //! 0 within the allowance:
 //! - kvmclock follows the host's boot clock, which NTP may slew against
@@ -49,9 +50,22 @@ fn ns(cycles: u64, khz: u32, up: bool) -> u64 {
     u64::try_from(q).unwrap_or(u64::MAX)
 }
 
-/// The host time between two reading commands (their host TSC brackets);
-/// `None` without a frequency.
-pub fn elapsed(before: &ClockReads, after: &ClockReads, khz: u32) -> Option<Elapsed> {
+/// The rates a clock report converts cycles to time at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rates {
+    /// The host's TSC rate, kHz: host cycles (the brackets) to ns (0:
+    /// unknown).
+    pub host_khz: u32,
+    /// The rate the guest's TSC runs at between guest entries (the scaled
+    /// rate where KVM scales, else the host's), kHz: guest cycles to ns
+    /// (0: unknown).
+    pub tsc_khz: u32,
+}
+
+/// The host time between two reading commands (their host TSC brackets),
+/// at the host's rate `host_khz`; `None` without it.
+pub fn elapsed(before: &ClockReads, after: &ClockReads, host_khz: u32) -> Option<Elapsed> {
+    let khz = host_khz;
     if khz == 0 {
         return None;
     }
@@ -144,8 +158,9 @@ pub fn allowance(max_ns: u64, ages: (u64, u64), extra_ns: u64) -> u64 {
 
 /// One vCPU's kvmclock across a restore: `before` its record just before
 /// the snapshot, `after` its first after the restore, `elapsed` the host
-/// time between them, `khz` the TSC frequency, `extra_ns` the method's
-/// extra allowance, `stepped` why the host clock cannot vouch for it.
+/// time between them, `khz` the rate the guest's TSC runs at (its cycles to
+/// ns), `extra_ns` the method's extra allowance, `stepped` why the host
+/// clock cannot vouch for it.
 pub fn continuity(
     id: u32,
     before: &ClockRecord,
@@ -267,29 +282,34 @@ pub fn outcome_words(v: &[VcpuContinuity]) -> Option<String> {
 }
 
 /// The documented method's extra allowance (its KVM_SET_CLOCK's duration,
-/// ns) and, when CLOCK_REALTIME moved against the TSC between the source's
-/// sample and the destination's by more than NTP can slew, why the host
-/// clock cannot vouch for the restored kvmclock. Nothing for the others.
+/// ns at the host's rate `host_khz`) and, when CLOCK_REALTIME moved against
+/// the TSC between the source's sample and the destination's by more than
+/// NTP can slew, why the host clock cannot vouch for the restored kvmclock.
+/// Nothing for the others.
 pub fn documented_clock(
     trace: Option<&Trace>,
     source: Option<&ClockSample>,
-    khz: u32,
+    host_khz: u32,
 ) -> (u64, Option<String>) {
     let Some(Trace::Documented(d)) = trace else {
         return (0, None);
     };
     let extra = ns(
         d.set_host_after.saturating_sub(d.set_host_before),
-        khz,
+        host_khz,
         true,
     );
     let (Some(src), Some(dst)) = (source, d.destination.as_ref()) else {
         return (extra, None);
     };
-    let Ok(drift) = offsets::realtime_drift(src, dst, khz) else {
+    let Ok(drift) = offsets::realtime_drift(src, dst, d.tsc_khz, d.host_khz) else {
         return (extra, None);
     };
-    let bound = offsets::drift_bound(dst.host_tsc.saturating_sub(src.host_tsc), khz);
+    let bound = offsets::drift_bound(
+        dst.host_tsc.saturating_sub(src.host_tsc),
+        d.tsc_khz,
+        d.host_khz,
+    );
     let stepped = (drift.unsigned_abs() > u128::from(bound)).then(|| {
         format!(
             "CLOCK_REALTIME moved {} cycles against the host TSC during the restore, more \
@@ -303,12 +323,12 @@ pub fn documented_clock(
 }
 
 /// The host's clocks from the KVM_GET_CLOCK samples right after the
-/// readings on either side.
+/// readings on either side (`host_khz`: the host's TSC rate).
 fn host_clocks(
     last: Option<&ClockReads>,
     first: Option<&ClockReads>,
     delay_ms: Option<f64>,
-    khz: u32,
+    host_khz: u32,
 ) -> HostClocks {
     let before = last.and_then(|r| r.kvm.as_ref().ok()).copied();
     let after = first.and_then(|r| r.kvm.as_ref().ok()).copied();
@@ -319,7 +339,7 @@ fn host_clocks(
     };
     HostClocks {
         delay_ms,
-        elapsed: last.zip(first).and_then(|(l, f)| elapsed(l, f, khz)),
+        elapsed: last.zip(first).and_then(|(l, f)| elapsed(l, f, host_khz)),
         kvm_clock_before: before,
         kvm_clock_after: after,
         kvmclock_advance_ns: before
@@ -343,8 +363,8 @@ pub struct ClockInputs<'a> {
     pub first: Option<&'a ClockReads>,
     /// The measured delay, ms.
     pub delay_ms: Option<f64>,
-    /// The TSC frequency, kHz (0: unknown).
-    pub khz: u32,
+    /// The rates cycles convert to time at.
+    pub rates: Rates,
     /// What the method wrote.
     pub trace: Option<&'a Trace>,
     /// KVM_GET_CLOCK in the snapshot.
@@ -357,8 +377,8 @@ pub struct ClockInputs<'a> {
 
 /// The clock part of one restore's report.
 pub fn restore_clock(i: &ClockInputs<'_>) -> RestoreClock {
-    let (extra, stepped) = documented_clock(i.trace, i.snapshot_clock, i.khz);
-    let mut host = host_clocks(i.last, i.first, i.delay_ms, i.khz);
+    let (extra, stepped) = documented_clock(i.trace, i.snapshot_clock, i.rates.host_khz);
+    let mut host = host_clocks(i.last, i.first, i.delay_ms, i.rates.host_khz);
     host.realtime_stepped = stepped.clone();
     let continuity: Vec<VcpuContinuity> = match (i.last, i.first) {
         (Some(l), Some(f)) => l
@@ -372,7 +392,7 @@ pub fn restore_clock(i: &ClockInputs<'_>) -> RestoreClock {
                     b,
                     a,
                     host.elapsed,
-                    i.khz,
+                    i.rates.tsc_khz,
                     extra,
                     stepped.as_deref(),
                 )

@@ -273,3 +273,25 @@ fn a_restore_clock_report_has_every_vcpu_and_the_host_clocks() {
     let p = page_of(3, &before(5_000, 0, 6, 0), true);
     assert_eq!((p.id, p.version, p.system_time), (3, 6, 5_000));
 }
+
+/// At a scaled rate the host time between the readings is in ns at the
+/// host's 2 GHz (199,960,000..199,980,000 host cycles: 99.98..99.99 ms),
+/// so kvmclock, which keeps the host's time, is continuous at 0.5 and 2;
+/// at the guest's rate the host time would read 200 ms or 50 ms, and
+/// kvmclock would seem to have lost or gained 100 ms or 50 ms.
+#[test]
+fn a_scaled_restores_kvmclock_is_judged_against_host_time_at_the_hosts_rate() {
+    for khz in [1_000_000, 4_000_000] {
+        let r = report(&crate::restore::testdata::honoured_at(0, khz));
+        let c = r.kvmclock.expect("measured");
+        let e = c.host.elapsed.expect("a bracket");
+        assert_eq!((e.min_ns, e.max_ns), (99_980_000, 99_990_000), "{khz}");
+        assert!(
+            c.continuity
+                .iter()
+                .all(|v| v.outcome == Continuity::Continuous),
+            "{khz}: {:?}",
+            c.continuity_outcome
+        );
+    }
+}

@@ -4,6 +4,7 @@
 //! ([`super::words`]).
 
 use super::chain_derive::{self, offsets as offsets_of, spread_of};
+use super::clock_derive::Rates;
 use super::clock_derive::{restore_clock, ClockInputs};
 use super::keeps::relative as rel;
 use super::measure::{MethodRun, Probe, Reads};
@@ -11,11 +12,12 @@ use super::methods::Trace;
 use super::offsets;
 use super::options::{Method, MethodOptions};
 use super::report::{
-    ClockReport, HostInterval, MethodReport, OffsetFate, OptionsReport, RestoreReport, VcpuReport,
-    WarpReport, SCHEMA,
+    ClockReport, HostInterval, MethodReport, OffsetFate, OptionsReport, RateReport, RestoreReport,
+    VcpuReport, WarpReport, SCHEMA,
 };
 use super::words;
 use crate::analysis::signed_delta;
+use crate::tsc::frequency::Ratio;
 use crate::tsc::TscState;
 
 impl RestoreReport {
@@ -39,6 +41,7 @@ impl RestoreReport {
                 warp_iterations: opts.warp_iterations,
                 timeout_secs: opts.timeout.as_secs_f64(),
                 chain: opts.chain,
+                tsc: opts.tsc,
             },
             methods: Vec::new(),
             incomplete: None,
@@ -50,15 +53,56 @@ fn adjust(v: u64) -> i64 {
     v as i64
 }
 
-fn host_interval(last: &Reads, first: &Reads, khz: Option<u32>) -> HostInterval {
+/// The host time between the guests' last reads and their first: host
+/// cycles, in ns at the host's rate `host_khz` (`None`: unknown).
+fn host_interval(last: &Reads, first: &Reads, host_khz: Option<u32>) -> HostInterval {
     let min_cycles = first.host_before.saturating_sub(last.host_after);
     let max_cycles = first.host_after.saturating_sub(last.host_before);
-    let ns = |c: u64| khz.and_then(|k| crate::units::cycles_to_ns_at(i128::from(c), k));
+    let ns = |c: u64| host_khz.and_then(|k| crate::units::cycles_to_ns_at(i128::from(c), k));
     HostInterval {
         min_cycles,
         max_cycles,
         min_ns: ns(min_cycles),
         max_ns: ns(max_cycles),
+    }
+}
+
+/// The rate across the restore, from the source's scaling, the saved rate
+/// and the restored vCPUs' (`None` before the source VM ran).
+fn rate_report(run: &MethodRun, saved_khz: Option<u32>) -> Option<RateReport> {
+    let scaling = run.scaling?;
+    let restored: Vec<u32> = run.after.iter().flatten().map(|s| s.tsc_khz).collect();
+    let khz = restored
+        .first()
+        .copied()
+        .or(saved_khz)
+        .unwrap_or(scaling.host_khz);
+    let ratio = scaling.ratio(khz);
+    Some(RateReport {
+        host_khz: scaling.host_khz,
+        saved_khz,
+        kept: saved_khz
+            .filter(|_| !restored.is_empty())
+            .map(|k| restored.iter().all(|&r| r == k)),
+        restored_khz: restored,
+        ratio,
+        ratio_ppm: ratio.ppm(),
+        scaled: !ratio.is_one(),
+        catch_up: scaling.catches_up(khz),
+        running_khz: scaling.running_khz(khz),
+        source: run.source_frequency,
+        destination: run.destination_frequency,
+    })
+}
+
+/// The rates host and guest cycles convert to time at (`tsc_khz`, the
+/// saved rate, for both where the host's is unknown).
+fn rates(rate: Option<&RateReport>, tsc_khz: Option<u32>) -> Rates {
+    let khz = tsc_khz.unwrap_or(0);
+    let known = |k: u32| if k == 0 { khz } else { k };
+    Rates {
+        host_khz: known(rate.map_or(0, |r| r.host_khz)),
+        tsc_khz: known(rate.map_or(0, |r| r.running_khz)),
     }
 }
 
@@ -85,10 +129,14 @@ impl MethodReport {
             .and_then(|s| s.first())
             .map(|s| s.tsc_khz)
             .filter(|&k| k != 0);
+        r.rate = rate_report(run, r.tsc_khz);
+        let units = rates(r.rate.as_ref(), r.tsc_khz);
+        let ratio = r.rate.as_ref().map_or(Ratio::ONE, |x| x.ratio);
         if let (Some(last), Some(first)) = (&run.last, &run.first) {
-            r.host_time_passed = Some(host_interval(last, first, r.tsc_khz));
+            let host = Some(units.host_khz).filter(|&k| k != 0);
+            r.host_time_passed = Some(host_interval(last, first, host));
         }
-        r.clock = clock_report(run, r.tsc_khz);
+        r.clock = clock_report(run, r.tsc_khz, units.tsc_khz);
         r.warp = run.warp.as_ref().map(|seen| WarpReport {
             max_warp_cycles: seen.iter().map(|w| w.max_warp).max().unwrap_or(0),
             warps: seen.iter().map(|w| w.warps).sum(),
@@ -96,7 +144,7 @@ impl MethodReport {
             shortest_handoff_cycles: seen.iter().filter_map(|w| w.shortest_handoff).min(),
             iterations_per_vcpu: opts.warp_iterations,
         });
-        r.vcpus = vcpu_rows(run, saved.as_ref(), n, r.host_time_passed);
+        r.vcpus = vcpu_rows(run, saved.as_ref(), n, r.host_time_passed, ratio);
         let col = |f: fn(&VcpuReport) -> Option<i64>| -> Vec<Option<i64>> {
             r.vcpus.iter().map(f).collect()
         };
@@ -109,15 +157,14 @@ impl MethodReport {
         if run.first.is_some() {
             r.time_outcome = Some(words::time(&r));
         }
-        clock_parts(run, &mut r, n);
+        clock_parts(run, &mut r, n, units);
         r
     }
 }
 
 /// The clock part: the guests' kvmclock across the restore, the clock
 /// after it, the chained restore and what the method kept.
-fn clock_parts(run: &MethodRun, r: &mut MethodReport, n: usize) {
-    let khz = r.tsc_khz.unwrap_or(0);
+fn clock_parts(run: &MethodRun, r: &mut MethodReport, n: usize, rates: Rates) {
     let measured = run.clock_why_not.is_some() || run.clock_last.is_some();
     if measured {
         r.kvmclock = Some(restore_clock(&ClockInputs {
@@ -125,7 +172,7 @@ fn clock_parts(run: &MethodRun, r: &mut MethodReport, n: usize) {
             last: run.clock_last.as_ref(),
             first: run.clock_first.as_ref(),
             delay_ms: r.delay_ms,
-            khz,
+            rates,
             trace: run.trace.as_ref(),
             snapshot_clock: run.snapshot.as_ref().and_then(|s| s.clock.as_ref()),
             after: run.clock_after.as_ref(),
@@ -135,7 +182,7 @@ fn clock_parts(run: &MethodRun, r: &mut MethodReport, n: usize) {
     r.chain = run
         .chain
         .as_ref()
-        .map(|c| chain_derive::chain(c, khz, n, run.clock_why_not.as_deref()));
+        .map(|c| chain_derive::chain(c, rates, n, run.clock_why_not.as_deref()));
     if run.after.is_some() {
         let col = |f: fn(&VcpuReport) -> Option<i64>| -> Vec<Option<i64>> {
             r.vcpus.iter().map(f).collect()
@@ -156,7 +203,9 @@ fn clock_parts(run: &MethodRun, r: &mut MethodReport, n: usize) {
     }
 }
 
-fn clock_report(run: &MethodRun, khz: Option<u32>) -> Option<ClockReport> {
+/// The documented method's clock arithmetic; `running_khz` the rate guest
+/// cycles convert to time at.
+fn clock_report(run: &MethodRun, khz: Option<u32>, running_khz: u32) -> Option<ClockReport> {
     let Some(Trace::Documented(d)) = &run.trace else {
         return None;
     };
@@ -164,31 +213,45 @@ fn clock_report(run: &MethodRun, khz: Option<u32>) -> Option<ClockReport> {
     let destination = d.destination?;
     let khz = khz?;
     let shift = d.shift_cycles?;
-    let drift = offsets::realtime_drift(&source, &destination, khz).ok()?;
+    let literal = d.literal_shift_cycles?;
+    let drift = offsets::realtime_drift(&source, &destination, khz, d.host_khz).ok()?;
+    let gap = offsets::rate_gap(&source, &destination, khz, d.host_khz, d.ratio);
     let set_clock_cycles = d.set_host_after.saturating_sub(d.set_host_before);
+    let sat = |x: i128| i64::try_from(x).unwrap_or(if x < 0 { i64::MIN } else { i64::MAX });
+    let miss = i128::from(literal) - i128::from(shift);
     Some(ClockReport {
         source,
         destination,
         set_clock_cycles,
         shift_cycles: shift,
-        realtime_drift_cycles: i64::try_from(drift).unwrap_or(i64::MAX),
+        ratio: d.ratio,
+        literal_shift_cycles: literal,
+        literal_miss_cycles: sat(miss),
+        literal_miss_ns: crate::units::cycles_to_ns_at(miss, running_khz),
+        realtime_drift_cycles: sat(drift),
+        rate_gap_cycles: sat(gap),
         shift_bound_cycles: offsets::shift_bound(
             set_clock_cycles,
             destination.host_tsc.saturating_sub(d.set_host_before),
             khz,
+            d.host_khz,
         ),
         drift_bound_cycles: offsets::drift_bound(
             destination.host_tsc.saturating_sub(source.host_tsc),
             khz,
+            d.host_khz,
         ),
     })
 }
 
+/// Every vCPU's row; `ratio` the one the restored TSCs run at, which the
+/// host time that passed enters the guests' advance multiplied by.
 fn vcpu_rows(
     run: &MethodRun,
     saved: Option<&Vec<TscState>>,
     n: usize,
     passed: Option<HostInterval>,
+    ratio: Ratio,
 ) -> Vec<VcpuReport> {
     let initial = offsets_of(run.initial.as_ref(), n);
     let before = offsets_of(saved, n);
@@ -264,14 +327,24 @@ fn vcpu_rows(
                 guest_tsc_last: last,
                 guest_tsc_first: first,
                 guest_advance_cycles: advance,
-                advance_minus_host: advance.zip(passed).map(|(a, p)| {
-                    let sub =
-                        |x: u64| i64::try_from(i128::from(a) - i128::from(x)).unwrap_or(i64::MIN);
-                    (sub(p.max_cycles), sub(p.min_cycles))
-                }),
+                advance_minus_host: advance
+                    .zip(passed)
+                    .map(|(a, p)| advance_minus_host(a, p, ratio)),
             }
         })
         .collect()
+}
+
+/// A guest's advance `a` minus the host time `p` that passed in guest
+/// cycles at `ratio`, widened by KVM's fixed-point error over it: (lowest,
+/// highest).
+fn advance_minus_host(a: i64, p: HostInterval, ratio: Ratio) -> (i64, i64) {
+    let e = i128::from(ratio.scale_error(p.max_cycles));
+    let sub = |x: i128| i64::try_from(i128::from(a) - x).unwrap_or(i64::MIN);
+    (
+        sub(ratio.scale(i128::from(p.max_cycles)) + e),
+        sub(ratio.scale(i128::from(p.min_cycles)) - e),
+    )
 }
 
 /// What became of vCPU `i`'s offset after the restore.
@@ -285,7 +358,7 @@ fn fate(run: &MethodRun, i: usize, after: &[Option<u64>], written: Option<u64>) 
             .passes
             .last()
             .and_then(|p| p.get(i))
-            .map(|w| w.asked_for(now)),
+            .map(|w| w.asked_for(now, m.ratio)),
         None => None,
     };
     if asked == Some(true) {
@@ -305,9 +378,13 @@ fn fate(run: &MethodRun, i: usize, after: &[Option<u64>], written: Option<u64>) 
     }
     if let Some(Trace::Msr(m)) = &run.trace {
         let first = m.passes.first().and_then(|p| p.first());
-        if m.passes.len() > 1 && first.is_some_and(|w| w.asked_for(now)) {
+        if m.passes.len() > 1 && first.is_some_and(|w| w.asked_for(now, m.ratio)) {
             return OffsetFate::Vcpu0FirstWrite;
         }
     }
     OffsetFate::Other
 }
+
+#[cfg(test)]
+#[path = "derive_tests.rs"]
+mod tests;

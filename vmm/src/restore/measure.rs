@@ -26,6 +26,7 @@ use crate::host::HostInfo;
 use crate::session::Session;
 use crate::stop;
 use crate::stop::Signal;
+use crate::tsc::frequency::{FrequencySetting, TscRequest};
 use crate::tsc::{self, debugfs, host_rdtsc, OffsetReader, MSR_IA32_TSC_ADJUST};
 use crate::vstate::vcpu::state::restore_vcpu;
 use crate::vstate::vm::{self, Vm, VmSpec};
@@ -182,6 +183,8 @@ struct Slots<'a> {
     created: &'a mut Option<Vec<Option<u64>>>,
     /// What the method wrote.
     trace: &'a mut Option<Trace>,
+    /// How the destination's rate was set, where that is recorded.
+    frequency: Option<&'a mut Option<FrequencySetting>>,
 }
 
 /// Which step a restore is in, and the test-only failure injection: the
@@ -209,9 +212,28 @@ impl Progress<'_> {
     }
 }
 
-/// Destroys `src`, waits `opts.delay`, creates a fresh VM, restores `snap`
-/// into it (memory, registers, every vCPU's MSR_KVM_SYSTEM_TIME_NEW, the
-/// TSC state by `method`) and starts its session without running the guest.
+/// The destination of `snap`: a command-mode VM of `opts.vcpus` vCPUs, set
+/// to the saved rate (the snapshot's KVM_GET_TSC_KHZ, as a VMM must on a
+/// host of another rate) when `--tsc-khz` set the source's; else at the
+/// host's rate, as the source.
+fn destination_spec(
+    opts: &MethodOptions,
+    snap: &Snapshot,
+) -> Result<VmSpec<'static>, RestoreError> {
+    let tsc = match opts.tsc {
+        Some(_) => Some(TscRequest::Khz(methods::common_khz(snap)?)),
+        None => None,
+    };
+    Ok(VmSpec {
+        tsc,
+        ..VmSpec::command_mode(opts.vcpus)
+    })
+}
+
+/// Destroys `src`, waits `opts.delay`, creates a fresh VM (at the saved
+/// rate: [`destination_spec`]), restores `snap` into it (memory, registers,
+/// every vCPU's MSR_KVM_SYSTEM_TIME_NEW, the TSC state by `method`) and
+/// starts its session without running the guest.
 fn restore_into(
     src: Session,
     snap: &Snapshot,
@@ -230,8 +252,12 @@ fn restore_into(
     );
     wait(opts.delay)?;
     progress.inject(Step::Create)?;
-    let machine = Vm::new(vm::open_kvm()?, &VmSpec::command_mode(opts.vcpus))?;
+    let spec = destination_spec(opts, snap)?;
+    let machine = Vm::new(vm::open_kvm()?, &spec)?;
     *slots.delay = Some(destroyed.elapsed());
+    if let Some(f) = slots.frequency {
+        *f = machine.frequency;
+    }
     *slots.created = Some(offsets_now(&machine));
 
     progress.enter(Step::Memory);
@@ -290,9 +316,12 @@ fn steps(opts: &MethodOptions, run: &mut MethodRun, step: &mut Step) -> Result<(
         Some(f) if f == s => Err(RestoreError::Injected(s)),
         _ => Ok(()),
     };
-    let mut src = Session::start(opts.vcpus, opts.timeout)?;
+    let mut src = Session::start_at(opts.vcpus, opts.tsc, opts.timeout)?;
     let initial = src.readback()?;
     run.offset_source = Some(src.facts(&initial).offset_source);
+    let (scaling, frequency) = src.scaling();
+    run.scaling = Some(scaling);
+    run.source_frequency = frequency;
     run.initial = Some(initial);
     let mut records: Vec<RoundRecord> = Vec::with_capacity(opts.vcpus as usize);
     src.rendezvous(opts.variant, 0, &mut records)?;
@@ -312,6 +341,7 @@ fn steps(opts: &MethodOptions, run: &mut MethodRun, step: &mut Step) -> Result<(
         delay: &mut run.delay,
         created: &mut run.created,
         trace: &mut run.trace,
+        frequency: Some(&mut run.destination_frequency),
     };
     let mut progress = Progress {
         step: Some(&mut *step),
@@ -366,6 +396,7 @@ fn chain(
         delay: &mut out.delay,
         created: &mut out.created,
         trace: &mut out.trace,
+        frequency: None,
     };
     let mut progress = Progress {
         step: None,
@@ -415,10 +446,12 @@ pub struct Probe {
     pub support: Support,
 }
 
-/// Creates a 1-vCPU command-mode VM to learn the host's facts and what the
-/// methods can use; frees it before returning.
-pub fn probe(timeout: Duration) -> Result<Probe, RestoreError> {
-    let mut s = Session::start(1, timeout)?;
+/// Creates a 1-vCPU command-mode VM, its guest's TSC at `tsc` (the rate
+/// the methods' source VMs get: one KVM refuses is refused here, before any
+/// method), to learn the host's facts and what the methods can use; frees
+/// it before returning.
+pub fn probe(timeout: Duration, tsc: Option<TscRequest>) -> Result<Probe, RestoreError> {
+    let mut s = Session::start_at(1, tsc, timeout)?;
     let initial = s.readback()?;
     let host = HostInfo::collect(s.facts(&initial));
     let capabilities = s

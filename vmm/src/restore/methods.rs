@@ -11,7 +11,8 @@ use super::offsets::{self, NEEDED_CLOCK_FLAGS};
 use super::options::Method;
 use super::snapshot::{get_clock, Snapshot};
 pub use super::trace::{Documented, MsrWrites, Trace, TscWrite};
-use crate::tsc::{self, host_rdtsc, MSR_IA32_TSC, MSR_IA32_TSC_ADJUST};
+use crate::tsc::frequency::Ratio;
+use crate::tsc::{self, host_rdtsc, TscState, MSR_IA32_TSC, MSR_IA32_TSC_ADJUST};
 use crate::vstate::vm::{Vm, HIDE_CAP_ENV};
 
 /// What the kernel offers the methods.
@@ -85,13 +86,27 @@ impl Support {
     }
 }
 
-/// The one TSC frequency of every saved vCPU.
-fn common_khz(snap: &Snapshot) -> Result<u32, RestoreError> {
+/// The one TSC frequency of every saved vCPU (KVM_GET_TSC_KHZ).
+pub fn common_khz(snap: &Snapshot) -> Result<u32, RestoreError> {
     let first = snap.vcpus.first().map_or(0, |v| v.tsc.tsc_khz);
     match snap.vcpus.iter().find(|v| v.tsc.tsc_khz != first) {
         Some(v) => Err(RestoreError::Frequencies(first, v.tsc.tsc_khz)),
         None => Ok(first),
     }
+}
+
+/// The ratio KVM runs `vm`'s TSC at: its vCPU 0's KVM_GET_TSC_KHZ (the
+/// destination is created at the saved rate, every vCPU alike) against the
+/// host's rate, 1:1 where KVM does not scale.
+fn destination_ratio(vm: &Vm) -> Result<Ratio, RestoreError> {
+    let Some(fd) = vm.vcpus.first() else {
+        return Ok(Ratio::ONE);
+    };
+    let khz = fd.get_tsc_khz().map_err(|e| RestoreError::Tsc {
+        vcpu: 0,
+        error: tsc::TscError::GetTscKhz(e.to_string()),
+    })?;
+    Ok(vm.scaling.ratio(khz))
 }
 
 fn set_msr(vcpu: u32, fd: &VcpuFd, index: u32, value: u64) -> Result<(), RestoreError> {
@@ -138,6 +153,8 @@ fn documented(
     let src = snap.clock.clone().map_err(RestoreError::Clock)?;
     src.complete("source")?;
     d.tsc_khz = common_khz(snap)?;
+    d.host_khz = vm.scaling.host_khz;
+    d.ratio = destination_ratio(vm)?;
     let set = kvm_clock_data {
         clock: src.clock_ns,
         realtime: src.realtime_ns,
@@ -154,12 +171,16 @@ fn documented(
     let dst = get_clock(&vm.fd).map_err(RestoreError::Clock)?;
     d.destination = Some(dst);
     dst.complete("destination")?;
-    let shift = offsets::documented_shift(&src, &dst, d.tsc_khz)?;
-    d.shift_cycles = Some(i64::try_from(shift).map_err(|_| {
-        RestoreError::Clock(format!(
-            "the offsets would shift by {shift} cycles: more than 2^63, the clocks are unusable"
-        ))
-    })?);
+    let shift = offsets::documented_shift(&src, &dst, d.tsc_khz, d.ratio)?;
+    let cycles = |shift: i128| {
+        i64::try_from(shift).map_err(|_| {
+            RestoreError::Clock(format!(
+                "the offsets would shift by {shift} cycles: more than 2^63, the clocks are unusable"
+            ))
+        })
+    };
+    d.shift_cycles = Some(cycles(shift)?);
+    d.literal_shift_cycles = Some(cycles(offsets::literal_shift(&src, &dst, d.tsc_khz)?)?);
     for (i, (fd, v)) in vm.vcpus.iter().zip(&snap.vcpus).enumerate() {
         let vcpu = i as u32;
         let ofs_src = v.tsc.offset.ok_or(RestoreError::NoOffset(vcpu))?;
@@ -175,9 +196,20 @@ fn documented(
     Ok(())
 }
 
+/// The IA32_TSC the msr methods write at host TSC `now`: the saved value
+/// plus the host time since it was read (the bracket's midpoint), in guest
+/// cycles at `ratio`.
+pub fn msr_value(saved: &TscState, now: u64, ratio: Ratio) -> u64 {
+    let read_at =
+        saved.host_before / 2 + saved.host_after / 2 + (saved.host_before & saved.host_after & 1);
+    let since = ratio.scale(i128::from(now.wrapping_sub(read_at)));
+    offsets::shifted(saved.tsc, since)
+}
+
 /// KVM_SET_MSRS of TSC_ADJUST, then of IA32_TSC = the saved value plus the
-/// host time elapsed since it was read (host TSC cycles: no TSC scaling, the
-/// guest's TSC runs at the host's rate), `passes` times over every vCPU.
+/// host time elapsed since it was read, in guest cycles (the host TSC
+/// interval multiplied by the destination's ratio, as KVM's `guest = host *
+/// ratio + offset` runs it), `passes` times over every vCPU.
 fn msr(
     vm: &Vm,
     snap: &Snapshot,
@@ -185,6 +217,7 @@ fn msr(
     m: &mut MsrWrites,
     halfway: &mut dyn FnMut() -> Result<(), RestoreError>,
 ) -> Result<(), RestoreError> {
+    m.ratio = destination_ratio(vm)?;
     for (i, (fd, v)) in vm.vcpus.iter().zip(&snap.vcpus).enumerate() {
         set_msr(i as u32, fd, MSR_IA32_TSC_ADJUST, v.tsc.adjust)?;
         m.adjust_written.push(v.tsc.adjust);
@@ -192,11 +225,8 @@ fn msr(
     for pass in 0..passes {
         m.passes.push(Vec::with_capacity(snap.vcpus.len()));
         for (i, (fd, v)) in vm.vcpus.iter().zip(&snap.vcpus).enumerate() {
-            let read_at = v.tsc.host_before / 2
-                + v.tsc.host_after / 2
-                + (v.tsc.host_before & v.tsc.host_after & 1);
             let host_before = host_rdtsc();
-            let value = v.tsc.tsc.wrapping_add(host_before.wrapping_sub(read_at));
+            let value = msr_value(&v.tsc, host_before, m.ratio);
             let r = set_msr(i as u32, fd, MSR_IA32_TSC, value);
             let host_after = host_rdtsc();
             r?;
@@ -264,9 +294,70 @@ mod tests {
             host_after: 5_100,
         };
         // value - host: between 1000 - 5100 and 1000 - 5000 (negative, wrapped).
-        assert!(w.asked_for((-4_100i64) as u64));
-        assert!(w.asked_for((-4_000i64) as u64));
-        assert!(!w.asked_for((-3_999i64) as u64));
-        assert!(!w.asked_for((-4_101i64) as u64));
+        let one = Ratio::ONE;
+        assert!(w.asked_for((-4_100i64) as u64, one));
+        assert!(w.asked_for((-4_000i64) as u64, one));
+        assert!(!w.asked_for((-3_999i64) as u64, one));
+        assert!(!w.asked_for((-4_101i64) as u64, one));
+    }
+
+    /// With scaling KVM subtracts the host TSC multiplied by the ratio, in
+    /// its fixed point (within the scale error of the host TSC).
+    #[test]
+    fn a_scaled_write_asks_for_the_scaled_offset_of_its_bracket() {
+        let half = Ratio {
+            guest_khz: 1_000_000,
+            host_khz: 2_000_000,
+        };
+        let w = TscWrite {
+            value: 1_000,
+            host_before: 5_000,
+            host_after: 5_100,
+        };
+        // value - host / 2: between 1000 - 2550 and 1000 - 2500, widened by
+        // the scale error (3 cycles at these TSCs).
+        assert_eq!(w.asked_offset(half), ((-1_553i64) as u64, 56));
+        assert!(w.asked_for((-1_550i64) as u64, half));
+        assert!(w.asked_for((-1_497i64) as u64, half));
+        assert!(!w.asked_for((-1_496i64) as u64, half));
+        assert!(
+            !w.asked_for((-4_100i64) as u64, half),
+            "the unscaled offset"
+        );
+        // Where KVM computes it from a host TSC of a week (2.6 GHz): its
+        // 32-bit fraction is within the error of the exact ratio.
+        let ratio = Ratio {
+            guest_khz: 1_298_063,
+            host_khz: 2_596_125,
+        };
+        let h = 2_596_125_000 * 604_800;
+        let fixed = (1_298_063u128 << 32) / 2_596_125;
+        let kvm = ((u128::from(h) * fixed) >> 32) as u64;
+        let w = TscWrite {
+            value: 77,
+            host_before: h - 10,
+            host_after: h + 10,
+        };
+        assert!(w.asked_for(77u64.wrapping_sub(kvm), ratio));
+    }
+
+    /// The msr methods' value: the saved TSC plus the host time since its
+    /// read in guest cycles (a read at 1,000..1,002 host cycles written at
+    /// 2,001, 1,000 host cycles later: 500 guest cycles at 0.5, 2,000 at 2).
+    #[test]
+    fn the_time_since_the_read_enters_the_value_scaled() {
+        let saved = TscState {
+            tsc: u64::MAX - 99,
+            host_before: 1_000,
+            host_after: 1_002,
+            ..TscState::default()
+        };
+        let at = |guest_khz| Ratio {
+            guest_khz,
+            host_khz: 2_000_000,
+        };
+        assert_eq!(msr_value(&saved, 2_001, Ratio::ONE), 900);
+        assert_eq!(msr_value(&saved, 2_001, at(1_000_000)), 400);
+        assert_eq!(msr_value(&saved, 2_001, at(4_000_000)), 1_900);
     }
 }

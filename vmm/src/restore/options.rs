@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tsc_contract::Variant;
 
+use crate::tsc::frequency::TscRequest;
+
 /// How the TSC state is put into the restored vCPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Method {
@@ -191,6 +193,10 @@ pub struct MethodOptions {
     /// Whether to chain a second restore: the restored guest runs, is
     /// snapshotted and restored again by the same method.
     pub chain: bool,
+    /// `--tsc-khz`: the source VM's guest TSC rate (the destination is then
+    /// set to the rate saved, KVM_GET_TSC_KHZ of the snapshot); `None`: the
+    /// host's, and neither VM's rate is set.
+    pub tsc: Option<TscRequest>,
 }
 
 /// The longest `--delay-ms`: a minute, far beyond KVM's one-second matching

@@ -10,6 +10,7 @@ use super::options::{Method, Step};
 use super::reads::{ClockAfter, ClockReads, Reads};
 use super::snapshot::SnapshotInfo;
 use crate::session::WarpSeen;
+use crate::tsc::frequency::{FrequencySetting, Scaling};
 use crate::tsc::{OffsetSource, TscState};
 
 /// A failure, and the step it happened in.
@@ -28,6 +29,13 @@ pub struct MethodRun {
     pub method: Method,
     /// Where the exact offsets came from (the source VM's readback).
     pub offset_source: Option<OffsetSource>,
+    /// What decides how KVM scales the guest's TSC on this host (the
+    /// source VM's: the host's rate, KVM_CAP_TSC_CONTROL, the tolerance).
+    pub scaling: Option<Scaling>,
+    /// How the source's rate was set (`--tsc-khz`), if it was.
+    pub source_frequency: Option<FrequencySetting>,
+    /// How the destination's rate was set (to the saved rate), if it was.
+    pub destination_frequency: Option<FrequencySetting>,
     /// Every source vCPU's TSC state when the guest first parked.
     pub initial: Option<Vec<TscState>>,
     /// The guests' last TSC reads before the snapshot.
@@ -70,6 +78,9 @@ impl MethodRun {
         MethodRun {
             method,
             offset_source: None,
+            scaling: None,
+            source_frequency: None,
+            destination_frequency: None,
             initial: None,
             last: None,
             snapshot: None,

@@ -14,6 +14,7 @@ use super::offsets::ClockSample;
 use super::options::Method;
 use crate::host::HostInfo;
 use crate::session::WarpSeen;
+use crate::tsc::frequency::{FrequencySetting, Ratio, TscRequest};
 use crate::tsc::OffsetSource;
 use crate::vstate::{PioCompletion, PioState};
 
@@ -62,6 +63,45 @@ pub struct OptionsReport {
     pub timeout_secs: f64,
     /// Whether each method's restored guest was restored again.
     pub chain: bool,
+    /// `--tsc-khz`: the source VMs' guest TSC rate (absent: the host's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tsc: Option<TscRequest>,
+}
+
+/// The guest's TSC rate across a restore, and the units the report's
+/// numbers are in: host cycles (the brackets) convert to time at the
+/// host's rate and into guest cycles at the ratio; guest cycles to time at
+/// the rate the TSC runs at.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RateReport {
+    /// The host's TSC rate as KVM knows it, kHz.
+    pub host_khz: u32,
+    /// KVM_GET_TSC_KHZ of the saved vCPUs, kHz.
+    pub saved_khz: Option<u32>,
+    /// KVM_GET_TSC_KHZ of every restored vCPU (after the method, before the
+    /// guest ran), index = vCPU.
+    pub restored_khz: Vec<u32>,
+    /// Whether every restored vCPU reports the saved rate (`None`: not
+    /// measured).
+    pub kept: Option<bool>,
+    /// The ratio KVM runs the restored TSC at (`guest = host * ratio +
+    /// offset`); 1:1 (`0/0`) where it does not scale.
+    pub ratio: Ratio,
+    /// `ratio` in millionths (1,000,000 at 1:1).
+    pub ratio_ppm: u64,
+    /// Whether KVM scales the restored TSC.
+    pub scaled: bool,
+    /// Whether KVM serves the rate by catch-up (no TSC scaling, a rate above
+    /// the host's): the TSC runs at the host's rate between guest entries
+    /// and is moved forward at entries.
+    pub catch_up: bool,
+    /// The rate the TSC runs at between guest entries, kHz: guest cycles
+    /// convert to time at it.
+    pub running_khz: u32,
+    /// How the source's rate was set (`--tsc-khz`), if it was.
+    pub source: Option<FrequencySetting>,
+    /// How the destination's rate was set (the saved rate), if it was.
+    pub destination: Option<FrequencySetting>,
 }
 
 /// An interval of host time, cycles and ns.
@@ -154,8 +194,9 @@ pub struct VcpuReport {
     pub guest_tsc_first: Option<u64>,
     /// first - last, cycles.
     pub guest_advance_cycles: Option<i64>,
-    /// The advance minus the host time that passed between the reads:
-    /// (lowest, highest), cycles.
+    /// The advance minus the host time that passed between the reads in
+    /// guest cycles (the host bracket at the ratio, widened by KVM's
+    /// fixed-point error): (lowest, highest), cycles.
     pub advance_minus_host: Option<(i64, i64)>,
 }
 
@@ -170,10 +211,28 @@ pub struct ClockReport {
     pub set_clock_cycles: u64,
     /// What the formula added to every offset, cycles.
     pub shift_cycles: i64,
-    /// CLOCK_REALTIME's drift against the TSC between the two samples,
-    /// cycles.
+    /// The ratio the host TSC difference entered the shift multiplied by
+    /// (the destination's; 1:1, `0/0`, where KVM does not scale).
+    pub ratio: Ratio,
+    /// What vcpu.rst's formula taken literally (the host TSC difference
+    /// unscaled) would have added, cycles.
+    pub literal_shift_cycles: i64,
+    /// The literal shift minus the one applied: how far the literal
+    /// formula would have put every guest TSC off, guest cycles
+    /// (`(ratio - 1) * (host TSC elapsed between the samples)`; 0 at 1:1).
+    pub literal_miss_cycles: i64,
+    /// The same in ns at the rate the TSC runs at.
+    pub literal_miss_ns: Option<f64>,
+    /// CLOCK_REALTIME's drift against the host TSC between the two samples,
+    /// guest cycles (the host TSC interval at KVM_GET_TSC_KHZ / the host's
+    /// rate): 0 without NTP or a step, at any ratio.
     pub realtime_drift_cycles: i64,
-    /// The bound on |shift - drift| (see offsets::shift_bound).
+    /// The host TSC interval between the samples at KVM_GET_TSC_KHZ / the
+    /// host's rate minus at the ratio KVM applies, guest cycles: non-zero
+    /// where KVM reports a rate it does not scale to (catch-up, or within
+    /// its tolerance). The shift must equal the drift plus this.
+    pub rate_gap_cycles: i64,
+    /// The bound on |shift - (drift + gap)| (see offsets::shift_bound).
     pub shift_bound_cycles: u64,
     /// The bound on |drift| for a clock slewed by NTP and never stepped.
     pub drift_bound_cycles: u64,
@@ -213,8 +272,10 @@ pub struct MethodReport {
     pub error: Option<String>,
     /// Where exact offsets came from.
     pub offset_source: Option<OffsetSource>,
-    /// The guest TSC frequency, kHz.
+    /// The guest TSC frequency, kHz (the saved vCPUs' KVM_GET_TSC_KHZ).
     pub tsc_khz: Option<u32>,
+    /// The rate across the restore and the units of the numbers.
+    pub rate: Option<RateReport>,
     /// From destroying the source to creating the destination, ms.
     pub delay_ms: Option<f64>,
     /// Host time between the last read before and the first read after.
@@ -262,6 +323,7 @@ impl MethodReport {
             error: None,
             offset_source: None,
             tsc_khz: None,
+            rate: None,
             delay_ms: None,
             host_time_passed: None,
             skew_before_cycles: None,

@@ -28,7 +28,7 @@ pub fn run(
     methods: &[Method],
     mut on_method: impl FnMut(&MethodReport),
 ) -> Outcome {
-    let probe = match probe(opts.timeout) {
+    let probe = match probe(opts.timeout, opts.tsc) {
         Ok(p) => p,
         Err(e) => {
             return Outcome {

@@ -1,7 +1,8 @@
 //! Measurements made up for the unit tests of the report and of check 7: a
 //! two-vCPU documented restore on a host that honours offsets, consistent
-//! in every number (guest TSC = host TSC + offset, no scaling, 2 GHz), and
-//! ways to spoil it.
+//! in every number (guest TSC = host TSC + offset, no scaling, 2 GHz; or,
+//! [`honoured_at`], a guest rate KVM scales to: guest TSC = host TSC x
+//! ratio + offset), and ways to spoil it.
 
 use std::time::Duration;
 
@@ -9,11 +10,12 @@ use tsc_contract::Variant;
 
 use super::measure::{MethodRun, Reads};
 use super::methods::{Documented, MsrWrites, Trace, TscWrite};
-use super::offsets::{ClockSample, NEEDED_CLOCK_FLAGS};
+use super::offsets::{self, ClockSample, NEEDED_CLOCK_FLAGS};
 use super::options::{Method, MethodOptions};
 use super::report::MethodReport;
 use super::snapshot::{SnapshotInfo, VcpuSaved};
 use crate::session::WarpSeen;
+use crate::tsc::frequency::{Ratio, Scaling};
 use crate::tsc::{OffsetSource, TscState};
 use crate::vstate::{PioCompletion, PioState};
 
@@ -36,19 +38,29 @@ pub fn options() -> MethodOptions {
         timeout: Duration::from_secs(10),
         fail_at: None,
         chain: true,
+        tsc: None,
     }
 }
 
-fn state(offset: u64, adjust: i64) -> TscState {
+/// The host, as KVM knows it: 2 GHz, TSC scaling.
+pub fn scaling() -> Scaling {
+    Scaling {
+        host_khz: KHZ,
+        tsc_control: true,
+        tolerance_ppm: 250,
+    }
+}
+
+fn state(offset: u64, adjust: i64, khz: u32, host: &Scaling) -> TscState {
     TscState {
         adjust: adjust as u64,
         tsc: 0,
         host_before: 0,
         host_after: 0,
         offset: Some(offset),
-        tsc_khz: KHZ,
-        host_khz: 0,
-        scaled: false,
+        tsc_khz: khz,
+        host_khz: host.host_khz,
+        scaled: host.scales(khz),
     }
 }
 
@@ -68,6 +80,29 @@ fn clock(clock_ns: u64, realtime_ns: u64, host_tsc: u64) -> ClockSample {
 /// (and the host's real time drifted by as much), the guests read their TSC
 /// 200 M host cycles apart.
 pub fn honoured(shift: i64) -> MethodRun {
+    honoured_at(shift, KHZ)
+}
+
+/// [`honoured`] with the guest's TSC at `khz` on the 2 GHz host, which KVM
+/// scales to: every guest TSC the host's times the ratio plus its offset,
+/// kvmclock's advance `shift` cycles at `khz` beyond the host time.
+pub fn honoured_at(shift: i64, khz: u32) -> MethodRun {
+    honoured_on(shift, khz, &scaling())
+}
+
+/// [`honoured_at`] on a host `host` describes (one without TSC scaling
+/// serves a rate above its own by catch-up: the TSC runs 1:1, the shift is
+/// `extra` plus the host time at the rate's excess): kvmclock's advance
+/// `extra` cycles at `khz` beyond the host time, the shift the documented
+/// formula's for it.
+pub fn honoured_on(extra: i64, khz: u32, host: &Scaling) -> MethodRun {
+    let ratio = host.ratio(khz);
+    // Source sample at host TSC 2 M; the destination's 149 M cycles
+    // (74.5 ms) later, kvmclock and real time moved by as much plus `extra`.
+    let src = clock(1_000_000_000, 5_000_000_000, 2_000_000);
+    let ns = 74_500_000 + (extra * 1_000_000 / i64::from(khz)) as u64;
+    let dst = clock(1_000_000_000 + ns, 5_000_000_000 + ns, 151_000_000);
+    let shift = offsets::documented_shift(&src, &dst, khz, ratio).unwrap_or(0) as i64;
     let before: Vec<u64> = MOVED
         .iter()
         .map(|&m| CREATED.wrapping_add(m as u64))
@@ -76,11 +111,7 @@ pub fn honoured(shift: i64) -> MethodRun {
         .iter()
         .map(|&o| o.wrapping_add(shift as u64))
         .collect();
-    // Source sample at host TSC 2 M; the destination's 149 M cycles
-    // (74.5 ms) later, kvmclock and real time moved by as much plus `shift`.
-    let src = clock(1_000_000_000, 5_000_000_000, 2_000_000);
-    let ns = 74_500_000 + (shift / 2) as u64;
-    let dst = clock(1_000_000_000 + ns, 5_000_000_000 + ns, 151_000_000);
+    let state = |offset: u64, adjust: i64| state(offset, adjust, khz, host);
     let saved = |i: usize| VcpuSaved {
         tsc: state(before[i], MOVED[i]),
         pio: PioCompletion {
@@ -93,7 +124,7 @@ pub fn honoured(shift: i64) -> MethodRun {
     let reads = |host: u64, offsets: &[u64]| Reads {
         tsc: offsets
             .iter()
-            .map(|&o| (host + 5_000).wrapping_add(o))
+            .map(|&o| guest(ratio, host + 5_000, o))
             .collect(),
         host_before: host,
         host_after: host + 10_000,
@@ -106,6 +137,7 @@ pub fn honoured(shift: i64) -> MethodRun {
     };
     let mut run = MethodRun::new(Method::Documented);
     run.offset_source = Some(OffsetSource::KvmVcpuTscOffset);
+    run.scaling = Some(*host);
     run.initial = Some(vec![state(CREATED, 0), state(CREATED, 0)]);
     run.last = Some(reads(1_000_000, &before));
     run.snapshot = Some(SnapshotInfo {
@@ -117,8 +149,11 @@ pub fn honoured(shift: i64) -> MethodRun {
     });
     run.delay = Some(Duration::from_millis(101));
     run.created = Some(vec![Some(DST_CREATED), Some(DST_CREATED)]);
+    let literal = offsets::literal_shift(&src, &dst, khz).unwrap_or(0) as i64;
     run.trace = Some(Trace::Documented(Documented {
-        tsc_khz: KHZ,
+        tsc_khz: khz,
+        host_khz: host.host_khz,
+        ratio,
         set_clock_ns: src.clock_ns,
         set_realtime_ns: src.realtime_ns,
         set_flags: 4,
@@ -126,6 +161,7 @@ pub fn honoured(shift: i64) -> MethodRun {
         set_host_after: 150_001_000,
         destination: Some(dst),
         shift_cycles: Some(shift),
+        literal_shift_cycles: Some(literal),
         offsets_written: after.clone(),
         adjust_written: MOVED.iter().map(|&m| m as u64).collect(),
     }));
@@ -147,9 +183,19 @@ pub fn report(run: &MethodRun) -> MethodReport {
     MethodReport::from_run(&run, &options())
 }
 
+/// The guest TSC at host TSC `host` of a vCPU of offset `offset` at `ratio`.
+pub fn guest(ratio: Ratio, host: u64, offset: u64) -> u64 {
+    offsets::shifted(offset, ratio.scale(i128::from(host)))
+}
+
 /// Sets vCPU `i`'s offset after the restore (and after the warp test) and
 /// makes its first read follow it.
 pub fn set_after(run: &mut MethodRun, i: usize, offset: u64) {
+    let ratio = run
+        .after
+        .as_ref()
+        .and_then(|a| a.get(i))
+        .map_or(Ratio::ONE, TscState::ratio);
     for states in [run.after.as_mut(), run.after_warp.as_mut()]
         .into_iter()
         .flatten()
@@ -161,7 +207,7 @@ pub fn set_after(run: &mut MethodRun, i: usize, offset: u64) {
     if let Some(r) = run.first.as_mut() {
         let host = r.host_before + 5_000;
         if let Some(t) = r.tsc.get_mut(i) {
-            *t = host.wrapping_add(offset);
+            *t = guest(ratio, host, offset);
         }
     }
 }
@@ -176,12 +222,17 @@ pub fn msr(run: &MethodRun) -> MethodRun {
         .iter()
         .flatten()
         .map(|s| TscWrite {
-            value: s.offset.unwrap_or(0).wrapping_add(150_000_000),
+            value: guest(s.ratio(), 150_000_000, s.offset.unwrap_or(0)),
             host_before: 150_000_000,
             host_after: 150_000_000,
         })
         .collect();
     m.trace = Some(Trace::Msr(MsrWrites {
+        ratio: run
+            .after
+            .as_ref()
+            .and_then(|a| a.first())
+            .map_or(Ratio::ONE, TscState::ratio),
         adjust_written: MOVED.iter().map(|&v| v as u64).collect(),
         passes: vec![writes],
     }));

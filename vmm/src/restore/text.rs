@@ -3,7 +3,8 @@
 use std::fmt::Write as _;
 
 use super::clock_text;
-use super::report::{MethodReport, RestoreReport};
+use super::report::{ClockReport, MethodReport, RateReport, RestoreReport};
+use crate::tsc::frequency::fmt_ppm;
 use crate::units::fmt_num;
 use crate::vstate::PioState;
 
@@ -15,9 +16,15 @@ fn opt(x: Option<impl Into<i128>>) -> String {
 pub fn render_text(r: &RestoreReport) -> String {
     let mut out = String::new();
     let o = &r.options;
+    let rate = o.tsc.map_or_else(String::new, |t| {
+        format!(
+            ", the guest's TSC at {} (restored at the rate saved)",
+            t.describe()
+        )
+    });
     let _ = writeln!(
         out,
-        "tsc-rendezvous {} restore: a {} rendezvous on {} vCPU(s), snapshot, destroy, {} ms, restore, by method",
+        "tsc-rendezvous {} restore: a {} rendezvous on {} vCPU(s){rate}, snapshot, destroy, {} ms, restore, by method",
         r.tool_version, o.variant, o.vcpus, o.delay_ms
     );
     let h = &r.host;
@@ -69,6 +76,78 @@ fn first_clause(words: &str) -> String {
     words.split("; ").next().unwrap_or(words).to_string()
 }
 
+/// The guest's TSC rate across the restore, where it was set or scaled.
+fn rate(out: &mut String, x: &RateReport) {
+    let restored: Vec<String> = x.restored_khz.iter().map(|&k| fmt_num(k.into())).collect();
+    let how = if x.scaled {
+        format!(
+            "KVM scales it by {} from the host's {} kHz",
+            fmt_ppm(x.ratio_ppm),
+            fmt_num(x.host_khz.into())
+        )
+    } else if x.catch_up {
+        format!(
+            "not scaled (no TSC scaling): the TSC runs at the host's {} kHz between guest \
+             entries, KVM serves the rate by catch-up",
+            fmt_num(x.host_khz.into())
+        )
+    } else {
+        format!(
+            "not scaled: the TSC runs at the host's {} kHz",
+            fmt_num(x.host_khz.into())
+        )
+    };
+    let _ = writeln!(
+        out,
+        "  TSC rate: saved {} kHz, restored {} kHz ({}); {how}",
+        opt(x.saved_khz),
+        if restored.is_empty() {
+            "-".to_string()
+        } else {
+            restored.join(", ")
+        },
+        match x.kept {
+            Some(true) => "the saved rate",
+            Some(false) => "NOT the saved rate",
+            None => "not measured",
+        }
+    );
+}
+
+/// The documented method's clock arithmetic: the shift, the drift, the
+/// rate gap where there is one and, where KVM scales, what vcpu.rst's
+/// formula taken literally would have missed by.
+fn clock(out: &mut String, c: &ClockReport) {
+    let _ = writeln!(
+        out,
+        "  clock: every offset shifted by {} cycles; CLOCK_REALTIME drifted {} cycles against the \
+         TSC between the samples (|shift - drift| bound {}, |drift| bound {})",
+        fmt_num(c.shift_cycles as f64),
+        fmt_num(c.realtime_drift_cycles as f64),
+        fmt_num(c.shift_bound_cycles as f64),
+        fmt_num(c.drift_bound_cycles as f64)
+    );
+    if c.rate_gap_cycles != 0 {
+        let _ = writeln!(
+            out,
+            "  clock: the rate gap (the host TSC interval at the reported rate minus at the \
+             one KVM runs) is {} cycles: the shift must be the drift plus it",
+            fmt_num(c.rate_gap_cycles as f64)
+        );
+    }
+    if !c.ratio.is_one() {
+        let _ = writeln!(
+            out,
+            "  clock: vcpu.rst's formula taken literally (the host TSC difference unscaled) \
+             would have shifted by {} cycles, every guest TSC off by {} cycles ({})",
+            fmt_num(c.literal_shift_cycles as f64),
+            fmt_num(c.literal_miss_cycles as f64),
+            c.literal_miss_ns
+                .map_or_else(|| "?".into(), |ns| format!("{:.3} ms", ns / 1e6))
+        );
+    }
+}
+
 fn method(out: &mut String, m: &MethodReport) {
     let _ = writeln!(out, "\nMethod {}: {}", m.method, m.description);
     if let Some(why) = &m.not_run_reason {
@@ -92,6 +171,9 @@ fn method(out: &mut String, m: &MethodReport) {
             v0.rip_at_exit, v0.rip_after
         );
     }
+    if let Some(x) = m.rate.as_ref().filter(|x| x.source.is_some() || x.scaled) {
+        rate(out, x);
+    }
     if let Some(d) = m.delay_ms {
         let passed = m.host_time_passed.map_or_else(String::new, |p| {
             format!(
@@ -103,15 +185,7 @@ fn method(out: &mut String, m: &MethodReport) {
         let _ = writeln!(out, "  destroyed -> recreated after {d:.1} ms{passed}");
     }
     if let Some(c) = &m.clock {
-        let _ = writeln!(
-            out,
-            "  clock: every offset shifted by {} cycles; CLOCK_REALTIME drifted {} cycles against the \
-             TSC between the samples (|shift - drift| bound {}, |drift| bound {})",
-            fmt_num(c.shift_cycles as f64),
-            fmt_num(c.realtime_drift_cycles as f64),
-            fmt_num(c.shift_bound_cycles as f64),
-            fmt_num(c.drift_bound_cycles as f64)
-        );
+        clock(out, c);
     }
     if !m.vcpus.is_empty() {
         let _ = writeln!(
@@ -175,5 +249,34 @@ fn method(out: &mut String, m: &MethodReport) {
     }
     if let (Some(step), Some(e)) = (m.failed_step, &m.error) {
         let _ = writeln!(out, "  FAILED in step '{step}': {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testdata::{honoured, honoured_at, report, KHZ};
+    use super::*;
+
+    /// At 0.5 the method's section says the rate saved and restored, how
+    /// KVM scales it, and what the literal formula would have missed by; at
+    /// the host's rate, unset, it says neither.
+    #[test]
+    fn a_scaled_restore_shows_its_rate_and_the_literal_miss() {
+        let mut out = String::new();
+        method(&mut out, &report(&honoured_at(4_000, KHZ / 2)));
+        for words in [
+            "TSC rate: saved 1,000,000 kHz, restored 1,000,000, 1,000,000 kHz (the saved rate); \
+             KVM scales it by 0.5 from the host's 2,000,000 kHz",
+            "would have shifted by -74,496,000 cycles, every guest TSC off by -74,500,000 cycles \
+             (-74.500 ms)",
+        ] {
+            assert!(out.contains(words), "'{words}' missing:\n{out}");
+        }
+        let mut out = String::new();
+        method(&mut out, &report(&honoured(4_000)));
+        assert!(
+            !out.contains("TSC rate:") && !out.contains("taken literally"),
+            "{out}"
+        );
     }
 }

@@ -1,17 +1,26 @@
 //! What a method wrote into the restored vCPUs, as it wrote it: the
 //! documented method's clock and offsets ([`Documented`]), the msr methods'
 //! IA32_TSC writes ([`MsrWrites`]), so the report can say what KVM made of
-//! each value.
+//! each value; with the ratio KVM runs the destination's TSC at, which
+//! every host TSC interval the methods turned into guest cycles was
+//! multiplied by.
 
 use serde::Serialize;
 
-use super::offsets::ClockSample;
+use super::offsets::{shifted, ClockSample};
+use crate::tsc::frequency::Ratio;
 
 /// What the documented method did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Documented {
     /// The TSC frequency used, kHz (KVM_GET_TSC_KHZ, the same on every vCPU).
     pub tsc_khz: u32,
+    /// The host's TSC rate as KVM knows it, kHz.
+    pub host_khz: u32,
+    /// The ratio KVM runs the destination's TSC at (from its vCPUs'
+    /// KVM_GET_TSC_KHZ): the host TSC difference entered the shift
+    /// multiplied by it. 1:1 (`0/0`) where KVM does not scale.
+    pub ratio: Ratio,
     /// KVM_SET_CLOCK's argument: the source's kvmclock, ns.
     pub set_clock_ns: u64,
     /// Its real time, ns.
@@ -26,6 +35,10 @@ pub struct Documented {
     pub destination: Option<ClockSample>,
     /// What the formula added to every offset, cycles.
     pub shift_cycles: Option<i64>,
+    /// What vcpu.rst's formula taken literally (the host TSC difference
+    /// added unscaled) would have added instead, cycles; equal to the
+    /// shift at 1:1.
+    pub literal_shift_cycles: Option<i64>,
     /// The offsets written (KVM_SET_DEVICE_ATTR), index = vCPU.
     pub offsets_written: Vec<u64>,
     /// The TSC_ADJUST values written (KVM_SET_MSRS), index = vCPU.
@@ -45,18 +58,20 @@ pub struct TscWrite {
 
 impl TscWrite {
     /// The offset the write asks for, as an interval: the value minus the
-    /// host TSC when KVM handled it, somewhere in the bracket: `(lowest,
-    /// width)`, modulo 2^64.
-    pub fn asked_offset(&self) -> (u64, u64) {
-        (
-            self.value.wrapping_sub(self.host_after),
-            self.host_after.wrapping_sub(self.host_before),
-        )
+    /// host TSC when KVM handled it (somewhere in the bracket) at `ratio`,
+    /// KVM's fixed-point scaling of that TSC within [`Ratio::scale_error`]
+    /// of it: `(lowest, width)`, modulo 2^64.
+    pub fn asked_offset(&self, ratio: Ratio) -> (u64, u64) {
+        let err = i128::from(ratio.scale_error(self.host_after));
+        let at = |h: u64| ratio.scale(i128::from(h));
+        let low = shifted(self.value, -at(self.host_after) - err);
+        let width = at(self.host_after) - at(self.host_before) + 2 * err;
+        (low, u64::try_from(width).unwrap_or(0))
     }
 
-    /// Whether `offset` is the one the write asked for.
-    pub fn asked_for(&self, offset: u64) -> bool {
-        let (low, width) = self.asked_offset();
+    /// Whether `offset` is the one the write asked for at `ratio`.
+    pub fn asked_for(&self, offset: u64, ratio: Ratio) -> bool {
+        let (low, width) = self.asked_offset(ratio);
         offset.wrapping_sub(low) <= width
     }
 }
@@ -64,6 +79,10 @@ impl TscWrite {
 /// What the msr methods did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MsrWrites {
+    /// The ratio KVM runs the destination's TSC at: the host time since
+    /// each saved read entered the value written multiplied by it, and KVM
+    /// subtracts the host TSC multiplied by it.
+    pub ratio: Ratio,
     /// The TSC_ADJUST values written, index = vCPU.
     pub adjust_written: Vec<u64>,
     /// IA32_TSC writes: one pass over every vCPU (two for msr-twice), each

@@ -176,7 +176,13 @@ pub fn time(r: &MethodReport) -> String {
             .filter_map(|x| x.guest_advance_cycles)
             .min()
             .unwrap_or(0);
-        let khz = r.tsc_khz.unwrap_or(0);
+        // Guest cycles, at the rate the TSC runs at.
+        let khz = r
+            .rate
+            .as_ref()
+            .map(|x| x.running_khz)
+            .or(r.tsc_khz)
+            .unwrap_or(0);
         let worst_ns = cycles_to_ns_at(-i128::from(worst), khz);
         return format!(
             "the TSC went backwards on vCPU(s) {} across the restore (by up to {} cycles, {}), \

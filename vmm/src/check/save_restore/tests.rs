@@ -2,7 +2,9 @@
 //! what fails with which words, and what the evidence cannot decide.
 
 use super::*;
-use crate::restore::testdata::{self, honoured, report, set_after, CREATED, DST_CREATED};
+use crate::restore::testdata::{
+    self, honoured, honoured_at, honoured_on, report, set_after, CREATED, DST_CREATED, KHZ,
+};
 
 fn judged(run: &crate::restore::measure::MethodRun) -> Finding {
     judge(&report(run), 2, KvmFlavor::Svm)
@@ -301,4 +303,121 @@ fn an_unfinished_measurement_is_not_a_pass() {
     .expect("a finding");
     assert_eq!(f.verdict, Verdict::Skip, "{}", f.reason);
     let _ = (CREATED, DST_CREATED, testdata::KHZ);
+}
+
+/// At 0.5 and 2 of the 2 GHz host a restore that kept everything passes:
+/// the guests' advance is the host time at the ratio plus the shift, the
+/// shift the real-time drift; the reason says what the literal formula
+/// would have missed by.
+#[test]
+fn a_scaled_restore_that_kept_everything_passes() {
+    for (khz, ratio, miss) in [
+        (KHZ / 2, "0.5", "-74,500,000 cycles (-74.500 ms)"),
+        (KHZ * 2, "2", "149,000,000 cycles (37.250 ms)"),
+    ] {
+        let f = judged(&honoured_at(8_000, khz));
+        assert_eq!(f.verdict, Verdict::Pass, "{khz}: {}", f.reason);
+        assert!(
+            f.reason.contains(&format!(
+                "at {ratio}x the host's rate) plus the method's shift"
+            )),
+            "{}",
+            f.reason
+        );
+        assert!(
+            f.reason.contains(&format!(
+                "taken literally (the host TSC difference unscaled) would have put every guest \
+                 TSC off by {miss}"
+            )),
+            "{}",
+            f.reason
+        );
+    }
+}
+
+/// vcpu.rst's formula taken literally at 0.5: the offsets written carry
+/// the host TSC difference unscaled, 74.5 M cycles too few; every offset,
+/// TSC_ADJUST and the guests' advance are consistent with what was
+/// written, so only the clock shift shows it, and fails.
+#[test]
+fn a_restore_by_the_literal_formula_fails_at_a_scaled_rate() {
+    let mut run = honoured_at(8_000, KHZ / 2);
+    let mut literal = 0;
+    if let Some(crate::restore::methods::Trace::Documented(d)) = run.trace.as_mut() {
+        literal = d.literal_shift_cycles.unwrap_or(0);
+        let by = (literal - d.shift_cycles.unwrap_or(0)) as u64;
+        d.shift_cycles = Some(literal);
+        d.offsets_written = d
+            .offsets_written
+            .iter()
+            .map(|o| o.wrapping_add(by))
+            .collect();
+    }
+    let written: Vec<u64> = match &run.trace {
+        Some(crate::restore::methods::Trace::Documented(d)) => d.offsets_written.clone(),
+        _ => Vec::new(),
+    };
+    for (i, o) in written.iter().enumerate() {
+        set_after(&mut run, i, *o);
+    }
+    let f = judged(&run);
+    assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+    assert!(
+        f.reason.contains(&format!(
+            "the offsets shifted by {} cycles, but real time drifted 8,000 against the TSC",
+            n(literal)
+        )),
+        "{}",
+        f.reason
+    );
+    assert!(!f.reason.contains("TSC moved by"), "{}", f.reason);
+}
+
+/// At 0.5 a guest whose TSC moved by the host time 1:1 (as an unscaled
+/// judge would want) did not move by the host time at the ratio: FAIL.
+#[test]
+fn a_scaled_guest_tsc_that_moved_one_to_one_fails() {
+    let mut run = honoured_at(8_000, KHZ / 2);
+    if let Some(r) = run.first.as_mut() {
+        r.tsc[0] = r.tsc[0].wrapping_add(100_000_000);
+    }
+    let f = judged(&run);
+    assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+    assert!(
+        f.reason.contains(
+            "vCPU 0's TSC moved by 200,008,000 cycles, not by the host time that passed scaled \
+             by 0.5 plus its offset's change (100,002,997..100,013,003)"
+        ),
+        "{}",
+        f.reason
+    );
+}
+
+/// Catch-up (no TSC scaling, twice the host's rate): KVM moves the TSC
+/// forward at guest entries beyond the offsets written, by at most the host
+/// time at the rate's excess; a gain within that passes, one beyond it or
+/// a loss fails.
+#[test]
+fn catch_up_widens_the_guest_time_upwards_only() {
+    let host = crate::tsc::frequency::Scaling {
+        host_khz: KHZ,
+        tsc_control: false,
+        tolerance_ppm: 250,
+    };
+    let with_gain = |gain: i64| {
+        let mut run = honoured_on(8_000, KHZ * 2, &host);
+        if let Some(r) = run.first.as_mut() {
+            r.tsc[1] = r.tsc[1].wrapping_add(gain as u64);
+        }
+        judged(&run)
+    };
+    for gain in [0, 150_000_000] {
+        let f = with_gain(gain);
+        assert_eq!(f.verdict, Verdict::Pass, "{gain}: {}", f.reason);
+    }
+    for gain in [250_000_000, -20_000] {
+        let f = with_gain(gain);
+        assert_eq!(f.verdict, Verdict::Fail, "{gain}: {}", f.reason);
+        assert!(f.reason.contains("vCPU 1's TSC moved by"), "{}", f.reason);
+    }
 }
