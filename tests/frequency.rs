@@ -241,4 +241,18 @@ fn every_check_runs_under_a_guest_rate_asked_for() {
         "the checks' VM runs at twice the host's rate: {env}"
     );
     assert_eq!(doc["checks"].as_array().map(Vec::len), Some(13));
+    // Check 7 snapshots a VM at that rate and restores it at the rate saved.
+    let c7 = check_by_id(&doc, "save-restore");
+    if c7["verdict"] != "SKIP" {
+        let rate = &c7["values"]["rate"];
+        let khz = &env["tsc_khz"];
+        assert_eq!(&rate["saved_khz"], khz, "{rate}");
+        assert_eq!(
+            rate["restored_khz"],
+            serde_json::json!([khz, khz]),
+            "{rate}"
+        );
+        assert_eq!(rate["kept"], true, "{rate}");
+        assert_eq!(rate["host_khz"], env["host_tsc_khz"], "{rate}");
+    }
 }

@@ -7,7 +7,9 @@
 //! move (the snapshot holds no skew) and TSC_ADJUST is restored exactly; on
 //! VMX/SVM the documented method keeps every relative offset bit-exact and
 //! the msr methods snap the vCPUs to one offset (KVM's one-second matching).
-//! KVM tests are skipped without /dev/kvm unless `CI` is set.
+//! `--tsc-khz` is asserted by the capabilities the report names
+//! (KVM_CAP_TSC_CONTROL): the rate saved restored, the arithmetic in scaled
+//! units. KVM tests are skipped without /dev/kvm unless `CI` is set.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Output, Stdio};
@@ -359,6 +361,121 @@ fn assert_restore_clock(name: &str, c: &Value, vcpus: usize, delay_ms: Option<f6
         "broken" => assert!(stable && apart > 0, "{name}: {a}"),
         "undecided" => assert!(a["master_clock"]["why"].is_string()),
         other => panic!("{name}: {other}"),
+    }
+}
+
+/// `restore --tsc-khz 2x`, then `0.5x`, asserted by the capabilities the
+/// report names (KVM_CAP_TSC_CONTROL), not by the host's name: the source
+/// runs at the rate asked, every restored vCPU at the rate saved, host
+/// cycles convert to time at the host's rate (the delay passed between the
+/// reads: at the guest's 2x it would read as half), and vcpu.rst's formula
+/// taken literally misses by (ratio - 1) x the host TSC elapsed between the
+/// clock samples (0 where KVM does not scale). Without TSC scaling 2x is
+/// taken (catch-up, or not served at all: PVM) and 0.5x refused with exit 2
+/// naming the capability; with it 0.5x is restored scaled.
+#[test]
+fn restore_at_a_guest_rate_restores_the_rate_saved() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let args = |rate| {
+        [
+            "--json",
+            "--tsc-khz",
+            rate,
+            "--delay-ms",
+            "50",
+            "--warp-iterations",
+            "2000",
+        ]
+    };
+    let out = restore_cmd(&args("2x"), &[]);
+    let doc = json(&out);
+    validate(&doc);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(doc["options"]["tsc"]["ratio_ppm"], 2_000_000);
+    let scaling = doc["kvm_capabilities"]["KVM_CAP_TSC_CONTROL"]
+        .as_i64()
+        .expect("KVM_CAP_TSC_CONTROL reported")
+        > 0;
+    let host = doc["host"]["host_tsc_khz"].as_u64().expect("host rate");
+    assert_eq!(doc["host"]["tsc_khz"].as_u64(), Some(2 * host));
+    assert_rate(&doc, 2 * host, host, scaling);
+
+    let out = restore_cmd(&args("0.5x"), &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !scaling {
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("KVM_CAP_TSC_CONTROL = 0") && err.contains("below the host's"),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty(), "no report without a VM");
+        return;
+    }
+    let doc = json(&out);
+    validate(&doc);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_rate(&doc, host.div_ceil(2), host, true);
+}
+
+/// Every method of a `restore --tsc-khz` report at `khz` on a host of
+/// `host` kHz (`scaling`: KVM_CAP_TSC_CONTROL).
+fn assert_rate(doc: &Value, khz: u64, host: u64, scaling: bool) {
+    let ppm = (khz * 1_000_000 + host / 2) / host;
+    for m in doc["methods"].as_array().into_iter().flatten() {
+        let name = m["method"].as_str().unwrap_or("?");
+        if m["ran"] != true {
+            continue;
+        }
+        // Includes: the host time between the reads holds the delay.
+        assert_common(m, 2);
+        assert_clock(m, 2);
+        let r = &m["rate"];
+        assert_eq!(r["host_khz"].as_u64(), Some(host), "{name}: {r}");
+        assert_eq!(r["saved_khz"].as_u64(), Some(khz), "{name}: {r}");
+        assert_eq!(r["restored_khz"], serde_json::json!([khz, khz]), "{name}");
+        assert_eq!(r["kept"], true, "{name}: {r}");
+        assert_eq!(r["destination"]["asked"]["khz"].as_u64(), Some(khz), "{r}");
+        assert_eq!(r["scaled"], scaling, "{name}: {r}");
+        assert_eq!(r["catch_up"], !scaling && khz > host, "{name}: {r}");
+        let ratio_ppm = r["ratio_ppm"].as_u64().unwrap_or(0);
+        assert_eq!(ratio_ppm, if scaling { ppm } else { 1_000_000 }, "{r}");
+        // Host cycles in ns at the host's rate.
+        let p = &m["host_time_passed"];
+        let at_host = p["max_cycles"].as_f64().unwrap_or(0.0) * 1e6 / host as f64;
+        let ns = p["max_ns"].as_f64().unwrap_or(0.0);
+        assert!((ns - at_host).abs() <= 1.0, "{name}: {p}");
+        if name != "documented" {
+            continue;
+        }
+        let c = &m["clock"];
+        let i = |k: &str| c[k].as_i64().unwrap_or(i64::MIN);
+        let miss = i("literal_miss_cycles");
+        assert_eq!(miss, i("literal_shift_cycles") - i("shift_cycles"), "{c}");
+        let elapsed = c["destination"]["host_tsc"].as_i64().unwrap_or(0)
+            - c["source"]["host_tsc"].as_i64().unwrap_or(0);
+        let gap = i("rate_gap_cycles");
+        if scaling {
+            // (r - 1) x elapsed, within the rounding of the scaled difference.
+            let want = (i128::from(elapsed) * i128::from(ratio_ppm as i64 - 1_000_000)) / 1_000_000;
+            let slack = i128::from(elapsed) / 1_000_000 + 2;
+            assert!(
+                (i128::from(miss) - want).abs() <= slack,
+                "{miss} vs {want}: {c}"
+            );
+            assert!(miss != 0 && gap == 0, "{c}");
+        } else {
+            assert_eq!(miss, 0, "the literal formula is right 1:1: {c}");
+            assert_eq!(
+                c["ratio"],
+                serde_json::json!({"guest_khz": 0, "host_khz": 0})
+            );
+            // The rate KVM reports but does not run: the host time at its
+            // excess (twice the rate: the host TSC elapsed, rounded).
+            assert!((gap - elapsed).abs() <= 1, "{gap} vs {elapsed}: {c}");
+        }
     }
 }
 

@@ -58,7 +58,7 @@ impl Check for SaveRestore {
             timeout: ctx.time_left(),
             fail_at: None,
             chain: true,
-            tsc: None,
+            tsc: ev.options.tsc,
         };
         let (run, error) = restore::measure_method(&opts, Method::Documented);
         let report = MethodReport::from_run(&run, &opts);

@@ -12,10 +12,11 @@ use std::time::Duration;
 use clap::Args;
 use tsc_contract::Variant;
 
-use super::args::{parse_one_variant, parse_timeout, parse_vcpus};
+use super::args::{parse_one_variant, parse_timeout, parse_tsc_khz, parse_vcpus};
 use super::common::{cannot_run, install_stop_handlers, Exit};
 use crate::output;
 use crate::restore::{self, text, Method, MethodOptions, MAX_DELAY_MS};
+use crate::tsc::frequency::TscRequest;
 
 /// `--methods`: one or more distinct methods.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,6 +106,16 @@ pub struct RestoreArgs {
     /// seconds. Default: 60 s plus 1 s per vCPU.
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     pub timeout: Option<Duration>,
+
+    /// The source VMs' guest TSC frequency: KHZ (e.g. 1300000) or a ratio
+    /// of the host's rate (e.g. 0.5x, 2x), set as `run --tsc-khz` sets it;
+    /// every restored VM is then set to the rate saved (the snapshot's
+    /// KVM_GET_TSC_KHZ), as a VMM restoring on a host of another rate
+    /// must, and the methods' arithmetic runs in scaled cycles. Without TSC
+    /// scaling KVM refuses a rate below the host's and serves a higher one
+    /// by catch-up. Default: the host's rate, and no rate is set.
+    #[arg(long, value_name = "KHZ|RATIOx", value_parser = parse_tsc_khz)]
+    pub tsc_khz: Option<TscRequest>,
 }
 
 impl RestoreArgs {
@@ -121,7 +132,7 @@ impl RestoreArgs {
                 .unwrap_or(Duration::from_secs(60) + Duration::from_secs(1) * self.vcpus),
             fail_at,
             chain: !self.no_chain,
-            tsc: None,
+            tsc: self.tsc_khz,
         }
     }
 }
