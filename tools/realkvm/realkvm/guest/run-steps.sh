@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2317 # the functions are called from the generated steps file
 # run-steps.sh STEPS: the generic runner of a realkvm run inside the guest
 # (busybox sh, a real /dev/kvm). STEPS is a file the host generated from the
 # run's data (realkvm/runs.py): shell calls of the functions below, one per
