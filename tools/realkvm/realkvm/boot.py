@@ -312,10 +312,13 @@ def run(argv, apt_root="/"):
     # The kernel first: a suite or flavour that does not exist is reported before
     # anything is installed.
     k = kernel.resolve(log)
-    host.ensure(machine.packages())
+    # The emulator: a machine's own prepare_host (QEMU: from backports where the
+    # host's is too old) or a plain install of its packages.
     prepare = getattr(machine, "prepare_host", None)
     if prepare:
         prepare(host)
+    else:
+        host.ensure(machine.packages())
     busybox = host.static_busybox()
     if script:
         r = subprocess.run([busybox, "sh", "-n", script], capture_output=True, text=True)

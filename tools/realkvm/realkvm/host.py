@@ -2,8 +2,8 @@
 
 Host tools come from the machine's own apt sources (`apt-get install`), the
 kernels from private apt state (see apt.py). Machines name their emulator's
-packages (`Machine.packages()`); a machine may also define
-`prepare_host(host)` for more (QEMU: a newer QEMU from backports).
+packages (`Machine.packages()`); a machine may instead define
+`prepare_host(host)` to install them itself (QEMU: from backports).
 """
 
 import shutil

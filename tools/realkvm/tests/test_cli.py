@@ -156,6 +156,18 @@ class BuildKernelAndSoak(Case):
     def test_build_kernel_not_a_source_tree(self):
         self.expect(1, "is not a Linux source tree", BK + ["--source", self.tmp])
 
+    def test_build_kernel_config_asks_for_kvm_intel_and_kvm_amd(self):
+        from realkvm.kernels import build
+
+        args = build.config_args("m")
+        for opt in ("KVM", "KVM_AMD", "KVM_INTEL"):
+            self.assertIn(["--module", opt], [args[i : i + 2] for i in range(len(args))])
+        for opt in ("CPU_SUP_AMD", "CPU_SUP_INTEL"):
+            self.assertIn(["--enable", opt], [args[i : i + 2] for i in range(len(args))])
+        self.assertNotIn("KVM_INTEL", [args[i + 1] for i in range(len(args) - 1) if args[i] == "--disable"])
+        config = "\n".join(f"CONFIG_{o}=y" for o in build.WANT_Y) + "\nCONFIG_KVM=m\nCONFIG_KVM_AMD=m\n"
+        self.assertEqual(build.lost_options(config, "m"), ["KVM_INTEL=m"], "a kvm_intel dropped by olddefconfig fails the build")
+
     def test_mttcg_soak_bad_tcg_thread(self):
         self.expect(2, "must be single or multi", SOAK + ["--tcg-thread", "x"])
 

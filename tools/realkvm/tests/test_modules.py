@@ -105,6 +105,22 @@ class ModulesOption(unittest.TestCase):
         self.assertEqual(tree.module_dir(d, REL, "kvm_amd"), d.resolve())
 
 
+class BuiltTree(unittest.TestCase):
+    def test_a_built_tree_resolves_to_its_image_and_closure(self):
+        d = tree_of({f"lib/modules/{REL}/kernel/{k}": v for k, v in {
+            "virt/lib/irqbypass.ko": support.ko("", VM), "arch/x86/kvm/kvm.ko": support.ko("irqbypass", VM),
+            "arch/x86/kvm/kvm-intel.ko": support.ko("kvm", VM), "arch/x86/kvm/kvm-amd.ko": support.ko("kvm", VM)}.items()})
+        image = d / "bzImage"
+        support.bzimage(image, REL)
+        notes = []
+        k = tree.BuiltKernel(image, d, "kvm_intel").resolve(notes.append)
+        self.assertEqual((k.image, k.release, [n for n, _ in k.modules]), (image, REL, ["irqbypass", "kvm", "kvm-intel"]))
+        self.assertIn(f"kernel {REL} ({image})", k.desc)
+        # KVM built in: no modules.
+        self.assertEqual(tree.BuiltKernel(image, None, "kvm_amd").resolve(notes.append).modules, [])
+        self.assertIn("assuming KVM (kvm_amd) is built into", notes[-1])
+
+
 class CacheEntries(unittest.TestCase):
     def test_an_entry_has_a_load_order_per_root_and_a_bash_era_one_for_its_root(self):
         e = Path(tempfile.mkdtemp())

@@ -33,13 +33,13 @@ class MatrixRun(unittest.TestCase):
 
 
 class Runner(unittest.TestCase):
-    def run_steps(self, run_toml, values):
+    def run_steps(self, run_toml, values, limit=5):
         d = Path(tempfile.mkdtemp(prefix="realkvm-run."))
         self.addCleanup(shutil.rmtree, d, True)
         (d / "run.toml").write_text(run_toml)
         out = d / "out"
         steps = d / "steps.sh"
-        steps.write_text(Run.load(d / "run.toml").steps_file({**values, "out": str(out)}, 5))
+        steps.write_text(Run.load(d / "run.toml").steps_file({**values, "out": str(out)}, limit))
         r = subprocess.run(["sh", str(RUNNER), str(steps)], env={**os.environ, "TSC_QEMU_OUT": str(out)},
                            capture_output=True, text=True, timeout=60)
         results = dict(ln.split("=", 1) for ln in (out / "results.txt").read_text().splitlines())
@@ -83,7 +83,7 @@ record = { items = "{n}" }
 
     def test_a_step_over_its_limit_and_a_missing_requirement(self):
         toml = '[[step]]\nname = "slow"\nargv = ["sleep", "30"]\nstdout = "slow.log"\n'
-        r, res, _ = self.run_steps(toml, {})
+        r, res, _ = self.run_steps(toml, {}, limit=1)
         self.assertEqual((res["slow_timed_out"], r.returncode), ("yes", 1))
         self.assertNotEqual(res["slow_rc"], "0")
         r, res, _ = self.run_steps('require = "/nonexistent/bin"\n', {})

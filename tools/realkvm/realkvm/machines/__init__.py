@@ -6,8 +6,9 @@ instantiating its `MACHINE_CLASS` with the spec. Nothing outside the
 emulator's module knows which emulator it is.
 
 Optional hook beyond base.Machine: `prepare_host(host)`, called with a
-`realkvm.host.Host` after the emulator's `packages()` are installed, for
-what a plain install does not do (QEMU: a newer QEMU from backports).
+`realkvm.host.Host` instead of the plain install of `packages()` that the
+harness does otherwise, for machines that need more (QEMU: a newer QEMU
+from backports where the host release's own is too old).
 """
 
 import dataclasses
