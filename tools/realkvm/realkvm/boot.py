@@ -303,7 +303,7 @@ def run(argv, apt_root="/"):
     workdir.mkdir(parents=True, exist_ok=True)
     workdir = workdir.resolve()
     paths = {k: workdir / v for k, v in (("log", "serial.log"), ("out", "prog-output.txt"), ("outdir", "out"), ("info", "run-info.txt"), ("initrd", "initrd.gz"))}
-    for p in list(paths.values()) + [workdir / "qemu-stderr.txt", workdir / "init.sh"]:
+    for p in list(paths.values()) + [workdir / "init.sh"]:
         if p.is_dir():
             shutil.rmtree(p)
         elif p.exists():
