@@ -52,6 +52,19 @@ class Loader(unittest.TestCase):
 
 
 class Qemu(unittest.TestCase):
+    def test_the_console_is_followed_from_the_file_the_emulator_writes(self):
+        import subprocess
+
+        from realkvm.machines.qemu import follow
+
+        log = Path(tempfile.mkdtemp()) / "serial.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(["sh", "-c", "echo one; sleep 0.5; printf 'two\\nthree'"], stdout=out)
+            seen = []
+            follow(log, proc, seen.append, poll_s=0.05)
+        self.assertEqual(seen, ["one\n", "two\n", "three"])
+        self.assertEqual(log.read_bytes(), b"one\ntwo\nthree")
+
     def test_the_command_line(self):
         m = machines.load("qemu-svm", cpu="EPYC", options={"tcg_thread": "single"})
         d = Path("/w")

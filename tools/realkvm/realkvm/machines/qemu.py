@@ -50,6 +50,28 @@ def major(version):
         return 0
 
 
+def follow(path, proc, on_output, poll_s=0.2):
+    """Calls on_output with each complete line appended to `path` while `proc`
+    runs, and with what is left once it has ended."""
+    with open(path, "rb") as f:
+        pending = b""
+        while True:
+            done = proc.poll() is not None
+            chunk = f.read()
+            if chunk:
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                if on_output:
+                    for line in lines:
+                        on_output(line.decode("utf-8", "replace") + "\n")
+            elif done:
+                break
+            else:
+                time.sleep(poll_s)
+        if pending and on_output:
+            on_output(pending.decode("utf-8", "replace"))
+
+
 class QemuMachine(Machine):
     power_off_delay_s = 0.2
 
@@ -115,10 +137,13 @@ class QemuMachine(Machine):
         err_path = boot.workdir / "qemu-stderr.txt"
         t0 = time.monotonic()
         timed_out = threading.Event()
+        # QEMU writes the serial console straight into the log file, which a thread
+        # of ours follows for on_output (as `tail -f` did): a console reader that
+        # falls behind on a loaded host can never make the guest's UART wait.
         with open(boot.serial_log, "wb") as log, open(err_path, "wb") as err:
             # A session of its own: a Ctrl-C on the terminal reaches the harness,
             # which stops QEMU, instead of QEMU directly.
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=err, start_new_session=True)
 
             def stop(sig):
                 try:
@@ -134,13 +159,10 @@ class QemuMachine(Machine):
 
             timer = threading.Timer(boot.timeout_s, at_limit)
             timer.daemon = True
+            follower = threading.Thread(target=follow, args=(boot.serial_log, proc, on_output), daemon=True)
             timer.start()
+            follower.start()
             try:
-                for line in iter(proc.stdout.readline, b""):
-                    log.write(line)
-                    log.flush()
-                    if on_output:
-                        on_output(line.decode("utf-8", "replace"))
                 rc = proc.wait()
             finally:
                 timer.cancel()
@@ -151,6 +173,7 @@ class QemuMachine(Machine):
                     except subprocess.TimeoutExpired:
                         stop(signal.SIGKILL)
                         proc.wait()
+                follower.join(5)
         seconds = time.monotonic() - t0
         # QEMU's own messages ("terminating on signal 15") stay out of the program's output.
         for line in err_path.read_text(errors="replace").splitlines():
