@@ -1,14 +1,17 @@
-#!/usr/bin/env python3
-"""kernel-matrix-check.py: judge what kernel-matrix.sh brought back from the guests.
+"""The expectations of the kernel matrix: what each check must say on each
+kernel and machine, judged from what the guests brought back.
 
-Usage: kernel-matrix-check.py ARTEFACT_DIR KERNEL [KERNEL...]
+Usage: realkvm judge ARTEFACT_DIR KERNEL [KERNEL...]
 
-ARTEFACT_DIR/KERNEL/ holds one boot's files (see kernel-matrix-guest.sh) plus
-boot.txt (boot_rc, boot_seconds, qemu_seconds, expected_release, smp, ...); KERNEL
-is kernel-matrix.sh's label of the boot (a Debian suite such as bookworm or sid, a
-suite with a flavour or CPU count such as trixie-smp4, or a --kernel's label). Every
-expectation is asserted per kernel by the version that its guest reported, never by
-its name: a kernel newer than any named below is expected to behave like the newest.
+ARTEFACT_DIR/KERNEL/ holds one boot's files (see runs/kernel-matrix.toml and
+realkvm/guest/run-steps.sh) plus boot.txt (boot_rc, boot_seconds, qemu_seconds,
+expected_release, smp, machine, ...); KERNEL is the matrix's label of the boot (a
+Debian suite such as bookworm or sid, a suite with a flavour, machine or CPU count
+such as trixie-smp4, or a --kernel's label). Every expectation is asserted per kernel
+by the version that its guest reported, never by its name: a kernel newer than any
+named below is expected to behave like the newest. What depends on the machine
+(the KVM flavour, svm or vmx, and its module) comes from machines.toml by the
+machine boot.txt names (qemu-svm when it names none).
 A mismatch prints one line naming the kernel, the check, the verdict seen and the
 reason. At the end one summary table over all kernels; the exit code is 0
 only when every expectation of every kernel held. Also writes
@@ -22,6 +25,9 @@ import os
 import re
 import sys
 import xml.etree.ElementTree as ET
+
+from . import machines
+from .errors import Fail
 
 # Linux 5.10 (commit 0c899c25): guest IA32_TSC writes are no longer snapped to one
 # offset by the one-second matching; the oldest kernel whose expectations are encoded.
@@ -108,8 +114,11 @@ def clip(s, n=300):
 
 
 class Kernel:
-    def __init__(self, root, label):
+    def __init__(self, root, label, machine=None):
         self.label = label
+        # The machine the boot ran on (boot.txt's, read in judge()); the default
+        # keeps artefacts of before machines existed judgeable.
+        self.machine = machine or machines.spec(machines.DEFAULT)
         self.dir = os.path.join(root, label)
         self.release = "?"
         self.failures = []
@@ -135,6 +144,12 @@ class Kernel:
     # ------------------------------------------------------------------ judge
     def judge(self):
         boot = read_kv(os.path.join(self.dir, "boot.txt")) or {}
+        if boot.get("machine"):
+            try:
+                self.machine = machines.spec(boot["machine"])
+            except Fail as e:
+                self.fail("machine", boot["machine"], e.message)
+                return
         self.seconds = boot.get("boot_seconds")
         self.qemu_seconds = boot.get("qemu_seconds")
         res = read_kv(os.path.join(self.dir, "results.txt"))
@@ -142,10 +157,10 @@ class Kernel:
             rc = boot.get("boot_rc", "?")
             why = {
                 "124": "the boot timed out",
-                "125": "QEMU ended without the exit marker (guest panic or QEMU error)",
-                "97": "kvm_amd did not load or /dev/kvm is missing in the guest",
+                "125": "the emulator ended without the exit marker (guest panic or emulator error)",
+                "97": f"{self.machine.kvm_module} did not load or /dev/kvm is missing in the guest",
                 "4": "host setup failed (packages or kernel download)",
-                "2": "run-in-qemu.sh usage error",
+                "2": "realkvm boot usage error",
                 "3": "a program is missing or not static",
             }.get(rc, "no results came back")
             self.fail("boot", f"exit {rc}", f"{why}; no results.txt (console: {self.dir}/console.log)")
@@ -168,7 +183,7 @@ class Kernel:
         elif rc == "124":
             self.fail("boot", "timeout", f"the boot hit its timeout ({boot.get('boot_timeout', '?')} s) after the script had started")
         elif rc != res.get("script_rc"):
-            self.fail("boot", f"exit {rc}", f"run-in-qemu.sh exited {rc}, the guest script {res.get('script_rc', 'did not finish')}")
+            self.fail("boot", f"exit {rc}", f"realkvm boot exited {rc}, the guest script {res.get('script_rc', 'did not finish')}")
 
     def judge_kernel(self, boot, res):
         want = boot.get("expected_release") or ""
@@ -203,8 +218,9 @@ class Kernel:
 
     def judge_env(self, what, env):
         flavor = env.get("kvm_flavor")
-        if flavor != "svm":
-            self.fail(f"{what} environment", f"kvm_flavor {flavor}", "expected svm (kvm_amd inside QEMU)")
+        m = self.machine
+        if flavor != m.vendor:
+            self.fail(f"{what} environment", f"kvm_flavor {flavor}", f"expected {m.vendor} ({m.kvm_module} inside {m.name})")
         want = self.expected_offset_source()
         got = env.get("offset_source")
         if want and got != want:
@@ -771,6 +787,7 @@ def main(argv):
                 [
                     {
                         "kernel": k.label,
+                        "machine": k.machine.name,
                         "release": k.release,
                         "verdicts": {CHECK_IDS[n - 1]: k.verdicts.get(n) for n in range(1, N_CHECKS + 1)},
                         "restore": k.restore,
@@ -797,6 +814,3 @@ def main(argv):
     print(f"\nevery expectation held on all {len(kernels)} kernel(s)")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
