@@ -84,7 +84,7 @@ class Tmp(unittest.TestCase):
         stub = self.tmp / "fake-bochs"
         stub.write_text(f"#!{sys.executable}\n" + STUB)
         stub.chmod(0o755)
-        m = bochs.MACHINE_CLASS(spec(options={"bochs": str(stub), "stop_grace_s": 0.5, **options}))
+        m = bochs.MACHINE_CLASS(spec(options={"bochs": str(stub), "stop_grace_s": 0.5, "netns": False, **options}))
         # No xorriso or isolinux needed: the ISO step is replaced by a file.
         m.build_iso = lambda boot: (boot.workdir / "boot.iso").write_bytes(b"iso") or boot.workdir / "boot.iso"
         os.environ["STUB_MODE"] = mode
@@ -104,6 +104,14 @@ class Interface(Tmp):
         words = bochs.MACHINE_CLASS(spec()).cmdline().split()
         self.assertIn("console=ttyS0,115200", words)
         self.assertIn("tsc=reliable", words)
+
+    def test_power_off_delay(self):
+        # tigerlake publishes 2419.2 MHz: at ips 4M the UART drains 605x faster
+        # than guest time passes; haswell calibrates, so guest = device time.
+        self.assertEqual(bochs.MACHINE_CLASS(spec()).power_off_delay_s, 0.05)
+        self.assertEqual(bochs.MACHINE_CLASS(spec(options={"ips": 2419200000})).power_off_delay_s, 0.71)
+        self.assertEqual(bochs.MACHINE_CLASS(spec(cpu="corei7_haswell_4770")).power_off_delay_s, 0.71)
+        self.assertEqual(bochs.MACHINE_CLASS(spec(options={"power_off_delay_s": 3})).power_off_delay_s, 3.0)
 
     def test_accepts(self):
         m = bochs.MACHINE_CLASS(spec(max_cpus=2))
@@ -246,7 +254,9 @@ class Files(Tmp):
     def test_command(self):
         m = bochs.MACHINE_CLASS(spec())
         boot = self.boot_of()
-        cmd = m.command(boot)
+        # By default in a network namespace of its own (the RFB display's port).
+        self.assertEqual(m.command(boot)[:3], ["unshare", "--net", "--"])
+        cmd = bochs.MACHINE_CLASS(spec(options={"netns": "false"})).command(boot)
         self.assertEqual(cmd[0], "bochs")
         self.assertIn("-q", cmd)
         self.assertEqual(cmd[cmd.index("-f") + 1], str(boot.workdir / "bochsrc"))
@@ -329,7 +339,7 @@ class BootWithStub(Tmp):
             from pathlib import Path
             from realkvm.machines import base, bochs
             spec = base.MachineSpec(name="b", emulator="bochs", vendor="vmx", kvm_module="kvm_intel", cpu="tigerlake",
-                                    options={{"bochs": {stub.binary!r}, "stop_grace_s": 0.5}})
+                                    options={{"bochs": {stub.binary!r}, "stop_grace_s": 0.5, "netns": False}})
             m = bochs.MACHINE_CLASS(spec)
             m.build_iso = lambda boot: (boot.workdir / "boot.iso").write_bytes(b"iso") or boot.workdir / "boot.iso"
             w = Path({str(self.tmp / "w2")!r})
@@ -382,13 +392,15 @@ class RealBoot(Tmp):
         self.assertTrue(kernel.is_file(), f"no kernel at {kernel}")
         self.assertTrue(busybox, "busybox-static is needed")
         m = bochs.MACHINE_CLASS(spec(cpu=os.environ.get("REALKVM_BOCHS_CPU", "tigerlake")))
+        # "#!/bin/sh" with /bin/sh a symlink to busybox, as the harness's /init.
         init = (
-            "#!/bin/busybox sh\n/bin/busybox mount -t proc proc /proc\n"
-            'echo "@@TSC-QEMU-BEGIN@@"\necho "hello from $(/bin/busybox uname -r)"\necho "@@TSC-QEMU-EXIT 0@@"\n'
-            f"/bin/busybox sleep {m.power_off_delay_s}\necho o >/proc/sysrq-trigger\n/bin/busybox sleep 30\n"
+            "#!/bin/sh\nexport PATH=/bin\nmount -t proc proc /proc\n"
+            'echo "@@TSC-QEMU-BEGIN@@"\necho "hello from $(uname -r)"\necho "@@TSC-QEMU-EXIT 0@@"\n'
+            f"sleep {m.power_off_delay_s}\necho o >/proc/sysrq-trigger\nsleep 30\n"
         )
+        links = [(f"bin/{a}", 0o120777, b"busybox") for a in ("sh", "mount", "echo", "uname", "sleep")]
         archive = newc([("bin", 0o40755, None), ("proc", 0o40755, None), ("dev", 0o40755, None),
-                        ("bin/busybox", 0o100755, Path(busybox).read_bytes()), ("init", 0o100755, init.encode())])
+                        ("bin/busybox", 0o100755, Path(busybox).read_bytes()), *links, ("init", 0o100755, init.encode())])
         self.initrd.write_bytes(gzip.compress(archive, 1))
         boot = base.Boot(kernel, self.initrd, "quiet panic=-1", 1, 512, 900, self.tmp / "work", self.tmp / "work" / "serial.log")
         lines = []

@@ -58,6 +58,12 @@ LDLINUX_C32 = "/usr/lib/syslinux/modules/bios/ldlinux.c32"
 #: CPU models of Bochs 2.7 that offer VMX (the three measured, see BOCHS.md).
 VMX_MODELS = ("tigerlake", "corei7_skylake_x", "corei7_haswell_4770")
 DEFAULT_IPS = 4_000_000  # Bochs' own default
+#: The TSC frequency (Hz) a CPU model publishes in CPUID 0x15/0x16, which Linux
+#: takes as tsc_khz without calibrating; absent: Linux calibrates (tsc = ips).
+CPUID_TSC_HZ = {"tigerlake": 2_419_200_000, "corei7_skylake_x": 3_499_912_000}
+#: What may still sit in the guest's UART transmit buffer when /init's last
+#: echo returns: Linux's serial xmit buffer is one page.
+UART_XMIT_BYTES = 4096
 DISPLAY = 'rfb, options="timeout=0"'
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL this much later
 POLL_S = 0.2  # how often the serial file is read
@@ -100,10 +106,25 @@ def _positive_int(options, key, default):
     return n
 
 
+def guest_seconds_per_device_second(cpu: str, ips: int) -> float:
+    """How many seconds of the guest kernel's (TSC-based) time one second of
+    Bochs' device time (PIT, HPET, the UART's baud rate) is."""
+    f = CPUID_TSC_HZ.get(cpu)
+    return 1.0 if f is None else ips / f
+
+
+def power_off_delay(cpu: str, ips: int, baud: int) -> float:
+    """Guest seconds for a full UART transmit buffer to drain, doubled, at least
+    0.05 s (BOCHS.md: at tigerlake/ips 4M nothing was lost with no delay; at
+    ips = the CPUID frequency, where guest and device time agree, the tail was
+    lost with no delay and not with 1 s)."""
+    drain = UART_XMIT_BYTES * 10 / baud  # 8N1: ten bits a byte
+    return round(max(0.05, 2 * drain * guest_seconds_per_device_second(cpu, ips)), 2)
+
+
 class BochsMachine(Machine):
-    # Measured (BOCHS.md, "power-off delay"): at 115200 baud no console line was
-    # lost without any delay; this margin costs ~nothing in host time.
-    power_off_delay_s = 0.2
+    # Set per instance from the CPU model, ips and baud rate (power_off_delay()).
+    power_off_delay_s = 0.75
 
     def __init__(self, spec):
         super().__init__(spec)
@@ -119,6 +140,14 @@ class BochsMachine(Machine):
             if "\n" in line:
                 raise ValueError(f"bochs option holds a newline: {line!r}")
         self.grace_s = float(o.get("stop_grace_s", STOP_GRACE_S))
+        # Bochs' RFB display listens on 0.0.0.0, first free port of 5900-5949: in
+        # a network namespace of its own it is reachable from nowhere and two
+        # Bochs never compete for ports. Needs root (the harness is).
+        self.netns = _truthy(o.get("netns", True))
+        if "power_off_delay_s" in o:
+            self.power_off_delay_s = float(o["power_off_delay_s"])
+        else:
+            self.power_off_delay_s = power_off_delay(spec.cpu, self.ips, self.baud)
 
     # ------------------------------------------------------------------ interface
     def packages(self):
@@ -227,8 +256,12 @@ class BochsMachine(Machine):
         ]
         return "\n".join(lines + self.extra) + "\n"
 
-    def command(self, boot: Boot):
-        return [self.binary, "-q", "-f", str(boot.workdir / "bochsrc"), "-rc", str(boot.workdir / "debugger.rc")]
+    def command(self, boot: Boot, netns: Optional[bool] = None):
+        cmd = [self.binary, "-q", "-f", str(boot.workdir / "bochsrc"), "-rc", str(boot.workdir / "debugger.rc")]
+        if self.netns if netns is None else netns:
+            # unshare execs Bochs: same pid, so stopping it stops Bochs.
+            cmd = ["unshare", "--net", "--"] + cmd
+        return cmd
 
     # ------------------------------------------------------------------ boot
     def boot(self, boot: Boot, on_output: Optional[Callable[[str], None]] = None) -> BootResult:
@@ -240,7 +273,7 @@ class BochsMachine(Machine):
         (boot.workdir / "bochs.log").unlink(missing_ok=True)
         boot.serial_log.parent.mkdir(parents=True, exist_ok=True)
         boot.serial_log.write_bytes(b"")
-        cmd = self.command(boot)
+        cmd = self.command(boot, self.netns and _can_unshare_net())
         (boot.workdir / "bochs-cmdline.txt").write_text(" ".join(cmd) + "\n")
         version = bochs_version()
         print(f"realkvm: Bochs {version or '?'} (cpu {self.spec.cpu}, ips {self.ips}, {boot.cpus} CPU)", file=sys.stderr, flush=True)
@@ -351,6 +384,28 @@ class BochsMachine(Machine):
             exit_status=status, timed_out=timed_out, seconds=seconds,
             emulator_version=f"Bochs {version}" if version else "Bochs", notes=notes,
         )
+
+
+def _truthy(v) -> bool:
+    if isinstance(v, str):
+        return v.strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(v)
+
+
+_UNSHARE_OK = None
+
+
+def _can_unshare_net() -> bool:
+    """Whether `unshare --net` works here (root, util-linux); asked once."""
+    global _UNSHARE_OK
+    if _UNSHARE_OK is None:
+        try:
+            _UNSHARE_OK = subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode == 0
+        except OSError:
+            _UNSHARE_OK = False
+        if not _UNSHARE_OK:
+            print("realkvm: note: unshare --net does not work here; Bochs' RFB display listens on the host's network", file=sys.stderr)
+    return _UNSHARE_OK
 
 
 def _raise_interrupted(signum, _frame):
