@@ -42,6 +42,14 @@ STUB = textwrap.dedent(
         open(os.environ["STUB_PIDFILE"], "w").write(str(os.getpid()))
     if mode == "ignore-term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    else:
+        # Bochs' debugger: Ctrl-C stops the CPU, the prompt reads EOF, Bochs quits.
+        def ctrl_c(*_):
+            print("<bochs:1> fgets() returned ERROR.")
+            print("(0).[5053197801] [0x00001c200be0] 0010:ffffffff9f400be0 (unk. ctxt): hlt ; f4", flush=True)
+            os._exit(1)
+        signal.signal(signal.SIGINT, ctrl_c)
     with open(serial, "ab", buffering=0) as s:
         s.write(b"line one\r\n")
         time.sleep(0.3)
@@ -301,6 +309,9 @@ class BootWithStub(Tmp):
         self.assertTrue(r.timed_out)
         self.assertEqual(r.exit_status, 124)
         self.assertIn("@@TSC-QEMU-EXIT 0@@\n", got)
+        # Stopped by SIGINT, as Bochs' debugger quits on it; where the CPU was is noted.
+        self.assertIn("bochs_exit_status=1", r.notes)
+        self.assertIn("bochs_stopped_at=0010:ffffffff9f400be0 phys 0x00001c200be0 tick 5053197801: hlt", r.notes)
         self.assertFalse(alive(int(pidfile.read_text())))
 
     def test_timeout_kills_bochs_that_ignores_sigterm(self):

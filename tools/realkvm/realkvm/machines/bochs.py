@@ -21,8 +21,10 @@ and without a `nogui` display). A boot here is:
   "ACPI control: soft power off" as a panic and exits with status 1, which
   is reported as 0 (a clean power-off) with the raw status in the notes. At
   the wall-clock limit, on SIGINT/SIGTERM of the harness, or on any
-  exception, Bochs (its own process group) gets SIGTERM and, 5 s later,
-  SIGKILL.
+  exception, Bochs (its own process group) gets SIGINT: the debugger stops
+  the CPU, finds EOF on its stdin and quits (status 1, bochs.log flushed,
+  the CPU's position in bochs-stdout.txt, reported as a note); SIGTERM and
+  then SIGKILL follow, 5 s apart, if it is still there.
 
 Bochs' TSC is its instruction counter (one tick per emulated instruction,
 `ips` ticks per emulated second for the devices: PIT, HPET, serial baud
@@ -333,15 +335,18 @@ class BochsMachine(Machine):
         return timed_out
 
     def _stop(self, proc):
+        """SIGINT first: Bochs' debugger takes it, stops the CPU, reads EOF from
+        its stdin (/dev/null) and quits, flushing bochs.log (and printing where
+        the CPU was); then SIGTERM, then SIGKILL, `grace_s` apart."""
         if proc is None or proc.poll() is not None:
             return
-        for sig, wait in ((signal.SIGTERM, self.grace_s), (signal.SIGKILL, None)):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
                 pass
             try:
-                proc.wait(wait)
+                proc.wait(None if sig == signal.SIGKILL else self.grace_s)
                 return
             except subprocess.TimeoutExpired:
                 continue
@@ -373,6 +378,9 @@ class BochsMachine(Machine):
         other = [p for p in panics if ACPI_POWER_OFF not in p]
         if other:
             notes.append(f"bochs_panic={other[0]}")
+        where = _stopped_at(boot.workdir / "bochs-stdout.txt")
+        if where:
+            notes.append(f"bochs_stopped_at={where}")
         if timed_out:
             status = 124
         elif powered_off and rc == 1:
@@ -384,6 +392,22 @@ class BochsMachine(Machine):
             exit_status=status, timed_out=timed_out, seconds=seconds,
             emulator_version=f"Bochs {version}" if version else "Bochs", notes=notes,
         )
+
+
+def _stopped_at(stdout_path: Path) -> str:
+    """Where the debugger says the CPU was when Bochs was stopped by SIGINT
+    (the last "(0).[ticks] [phys] seg:rip (...): insn" line), or ""."""
+    try:
+        text = stdout_path.read_text(errors="replace")
+    except OSError:
+        return ""
+    if "Ctrl-C" not in text and "fgets() returned ERROR" not in text:
+        return ""
+    hits = re.findall(r"^\(\d+\)\.?\[?(\d+)?\]? ?\[(0x[0-9a-f]+)\] ([0-9a-f]{4}:[0-9a-f]+) [^:]*: ?(.*?)\s*(?:;.*)?$", text, re.M)
+    if not hits:
+        return ""
+    ticks, phys, rip, insn = hits[-1]
+    return f"{rip} phys {phys}{f' tick {ticks}' if ticks else ''}: {insn.strip()}"
 
 
 def _truthy(v) -> bool:
