@@ -119,6 +119,14 @@ class Interface(Tmp):
         self.assertEqual(bochs.MACHINE_CLASS(spec()).power_off_delay_s, 0.05)
         self.assertEqual(bochs.MACHINE_CLASS(spec(options={"ips": 2419200000})).power_off_delay_s, 0.71)
         self.assertEqual(bochs.MACHINE_CLASS(spec(cpu="corei7_haswell_4770")).power_off_delay_s, 0.71)
+        self.assertEqual(bochs.MACHINE_CLASS(spec(cpu="corei7_haswell_4770", options={"ips": 4000000})).power_off_delay_s, 0.71)
+
+    def test_default_ips(self):
+        # CPUID fixes tsc_khz on these: Bochs' default; calibrated models: 2.4192 GHz.
+        self.assertEqual(bochs.MACHINE_CLASS(spec(cpu="tigerlake")).ips, 4000000)
+        self.assertEqual(bochs.MACHINE_CLASS(spec(cpu="corei7_skylake_x")).ips, 4000000)
+        self.assertEqual(bochs.MACHINE_CLASS(spec(cpu="corei7_haswell_4770")).ips, 2419200000)
+        self.assertEqual(bochs.MACHINE_CLASS(spec(cpu="corei7_haswell_4770", options={"ips": 5})).ips, 5)
         self.assertEqual(bochs.MACHINE_CLASS(spec(options={"power_off_delay_s": 3})).power_off_delay_s, 3.0)
 
     def test_accepts(self):

@@ -32,8 +32,11 @@ rate). tigerlake and corei7_skylake_x publish a TSC frequency in CPUID
 0x15/0x16 (2419.2 MHz, 3.5 GHz) that Linux takes without calibrating, so
 there the guest's TSC-based time and its device time differ by
 (that frequency)/ips; corei7_haswell_4770 has no such leaves and Linux
-calibrates the TSC against the PIT (tsc_khz = ips/1000). Measured facts:
-tools/realkvm/BOCHS.md.
+calibrates the TSC against the PIT (tsc_khz = ips/1000). Hence the default
+`ips` (option `ips`): 4M (Bochs' own) on the two CPUID models, where it changes
+neither tsc_khz nor the host time of a fixed guest work but a larger one slows
+the boot; 2.4192e9 on calibrated models, where 4M makes a 4 MHz guest. Measured
+facts: tools/realkvm/BOCHS.md.
 """
 
 from __future__ import annotations
@@ -60,6 +63,10 @@ LDLINUX_C32 = "/usr/lib/syslinux/modules/bios/ldlinux.c32"
 #: CPU models of Bochs 2.7 that offer VMX (the three measured, see BOCHS.md).
 VMX_MODELS = ("tigerlake", "corei7_skylake_x", "corei7_haswell_4770")
 DEFAULT_IPS = 4_000_000  # Bochs' own default
+#: For a model that Linux calibrates (no CPUID TSC frequency) ips *is* the TSC
+#: rate (tsc_khz = ips / 1000): at 4M the guest is a 4 MHz machine whose default
+#: `tsc-rendezvous check` times out (BOCHS.md). This gives it tigerlake's 2.4192 GHz.
+CALIBRATED_IPS = 2_419_200_000
 #: The TSC frequency (Hz) a CPU model publishes in CPUID 0x15/0x16, which Linux
 #: takes as tsc_khz without calibrating; absent: Linux calibrates (tsc = ips).
 CPUID_TSC_HZ = {"tigerlake": 2_419_200_000, "corei7_skylake_x": 3_499_912_000}
@@ -108,6 +115,12 @@ def _positive_int(options, key, default):
     return n
 
 
+def default_ips(cpu: str) -> int:
+    """4M (Bochs' default, the cheapest boot) where CPUID fixes tsc_khz anyway;
+    CALIBRATED_IPS where ips becomes tsc_khz."""
+    return DEFAULT_IPS if cpu in CPUID_TSC_HZ else CALIBRATED_IPS
+
+
 def guest_seconds_per_device_second(cpu: str, ips: int) -> float:
     """How many seconds of the guest kernel's (TSC-based) time one second of
     Bochs' device time (PIT, HPET, the UART's baud rate) is."""
@@ -131,7 +144,7 @@ class BochsMachine(Machine):
     def __init__(self, spec):
         super().__init__(spec)
         o = dict(spec.options or {})
-        self.ips = _positive_int(o, "ips", DEFAULT_IPS)
+        self.ips = _positive_int(o, "ips", default_ips(spec.cpu))
         if self.ips > 0xFFFFFFFF:
             raise ValueError(f"bochs option ips must fit 32 bits (Bochs' limit), got {self.ips}")
         self.display = str(o.get("display", DISPLAY))
