@@ -228,6 +228,15 @@ class Files(Tmp):
             m.build_iso(boot)
         self.assertIn("isolinux", str(cm.exception))
 
+    def test_boot_reports_a_missing_isolinux(self):
+        m = bochs.MACHINE_CLASS(spec(options={"netns": False}))
+        tree = m.iso_tree
+        m.iso_tree = lambda boot: {**tree(boot), "isolinux/isolinux.bin": self.tmp / "nope"}
+        with self.assertRaises(Exception) as cm:
+            m.boot(self.boot_of())
+        self.assertIn("preparing the boot failed", str(getattr(cm.exception, "message", cm.exception)))
+        self.assertIn("nope", str(getattr(cm.exception, "message", cm.exception)))
+
     @unittest.skipUnless(shutil.which("xorriso") and Path(bochs.ISOLINUX_BIN).is_file() and Path(bochs.LDLINUX_C32).is_file(), "xorriso/isolinux not installed")
     def test_build_iso_real_xorriso(self):
         m = bochs.MACHINE_CLASS(spec())

@@ -281,10 +281,13 @@ class BochsMachine(Machine):
     # ------------------------------------------------------------------ boot
     def boot(self, boot: Boot, on_output: Optional[Callable[[str], None]] = None) -> BootResult:
         boot.workdir.mkdir(parents=True, exist_ok=True)
-        iso = self.build_iso(boot)
-        (boot.workdir / "bochsrc").write_text(self.bochsrc(boot, iso))
+        try:
+            iso = self.build_iso(boot)
+            rc_text = self.bochsrc(boot, iso)
+        except (OSError, RuntimeError, ValueError) as e:
+            raise _host_failure(f"Bochs: preparing the boot failed: {e}") from None
+        (boot.workdir / "bochsrc").write_text(rc_text)
         (boot.workdir / "debugger.rc").write_text("c\n")
-        (boot.workdir / "bochs-log.txt").unlink(missing_ok=True)
         (boot.workdir / "bochs.log").unlink(missing_ok=True)
         boot.serial_log.parent.mkdir(parents=True, exist_ok=True)
         boot.serial_log.write_bytes(b"")
@@ -421,6 +424,17 @@ def _stopped_at(stdout_path: Path) -> str:
         return ""
     ticks, phys, rip, insn = hits[-1]
     return f"{rip} phys {phys}{f' tick {ticks}' if ticks else ''}: {insn.strip()}"
+
+
+def _host_failure(message):
+    """The harness's Fail(EX_HOST, ...) where its errors module is there (it is
+    written beside this one), else a RuntimeError."""
+    try:
+        from ..errors import EX_HOST, Fail  # type: ignore
+
+        return Fail(EX_HOST, message)
+    except ImportError:
+        return RuntimeError(message)
 
 
 def _truthy(v) -> bool:
