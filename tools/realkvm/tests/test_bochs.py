@@ -153,6 +153,11 @@ class Interface(Tmp):
         self.assertEqual(line.split().count("tsc=reliable"), 1)
         self.assertEqual(line.count("console="), 1)
         self.assertEqual(m.full_cmdline(self.boot_of("a\nb")), "a b console=ttyS0,115200 tsc=reliable")
+        # Two or more emulated CPUs: no MWAIT idle (kvm_intel's load hung with it).
+        self.assertNotIn("idle=nomwait", m.full_cmdline(self.boot_of("quiet", cpus=1)))
+        self.assertIn("idle=nomwait", m.full_cmdline(self.boot_of("quiet", cpus=2)).split())
+        self.assertEqual(m.full_cmdline(self.boot_of("idle=halt", cpus=2)).split().count("idle=halt"), 1)
+        self.assertNotIn("idle=nomwait", m.full_cmdline(self.boot_of("idle=halt", cpus=2)))
         with self.assertRaises(ValueError):
             m.full_cmdline(self.boot_of("x" * 2001))
 

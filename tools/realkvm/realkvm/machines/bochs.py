@@ -189,7 +189,14 @@ class BochsMachine(Machine):
         may or may not hold the machine's part already)."""
         have = boot.cmdline.split()
         keys = {w.split("=", 1)[0] for w in have}
-        extra = [w for w in self.cmdline().split() if w.split("=", 1)[0] not in keys]
+        ours = self.cmdline().split()
+        if boot.cpus > 1:
+            # With 2 emulated tigerlake CPUs, loading kvm_intel never ended: CPU 0
+            # spun in smp_call_function_many_cond, CPU 1 sat in mwait_idle (BOCHS.md;
+            # a cross-call to a CPU idling in MWAIT is a write to the monitored
+            # line, which did not wake it). With idle=nomwait it loads.
+            ours.append("idle=nomwait")
+        extra = [w for w in ours if w.split("=", 1)[0] not in keys]
         line = " ".join(have + extra)
         if len(line) > 2000:
             raise ValueError("the kernel command line must be at most 2000 characters")
