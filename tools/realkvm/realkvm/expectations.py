@@ -26,6 +26,7 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
+from . import frequency_expectations as freq
 from . import machines
 from .errors import Fail
 
@@ -52,8 +53,10 @@ CHECK_IDS = [
     "save-restore",
     "kvmclock-continuity",
     "master-clock",
-]
+] + freq.FREQUENCY_IDS
 N_CHECKS = len(CHECK_IDS)
+# The checks before the frequency family, judged here one by one.
+N_BASE = 9
 # Variants whose rounds write no common TSC value: their run-level writes_honoured
 # is null unless a compensation (linux-tsc-sync's TSC_ADJUST write) was judged.
 NO_COMMON_WRITE = ("xen-std", "linux-tsc-sync")
@@ -132,6 +135,8 @@ class Kernel:
         self.vcpus = None  # check's --vcpus
         self.restore = None  # "documented kept, msr snapped, ..." or a failure
         self.skew = None  # "kept by xen-std, removed by 5" / "refused" or a failure
+        self.half = None  # check and restore at 0.5x: "refused" or what they kept
+        self.steps = None  # the steps the boot's run declared (boot.txt), None: every one
 
     def fail(self, check, verdict, reason):
         self.failures.append(
@@ -166,6 +171,8 @@ class Kernel:
             self.fail("boot", f"exit {rc}", f"{why}; no results.txt (console: {self.dir}/console.log)")
             return
         self.release = res.get("kernel_release", "?")
+        if boot.get("steps") is not None:
+            self.steps = boot["steps"].split()
         self.judge_boot(boot, res)
         self.judge_kernel(boot, res)
         self.judge_check(res)
@@ -173,8 +180,34 @@ class Kernel:
         self.judge_junit()
         self.judge_run(res)
         self.judge_restore(res)
-        self.judge_skew(res)
-        self.judge_tests(res)
+        if self.declared("check_half"):
+            self.judge_half(res)
+        if self.declared("skew"):
+            self.judge_skew(res)
+        if self.declared("test_"):
+            self.judge_tests(res)
+
+    def declared(self, step):
+        """Whether the boot's run has `step` (a prefix ending in _ : any of them);
+        artefacts from before runs said so have every step of the kernel matrix."""
+        if self.steps is None:
+            return step in ("skew", "test_")
+        return any(s == step or (step.endswith("_") and s.startswith(step)) for s in self.steps)
+
+    def judge_half(self, res):
+        """check and restore at half the host's TSC rate (frequency_expectations)."""
+        check, _ = read_json(os.path.join(self.dir, "check.json"))
+        scaling = freq.scaling_of(self, (check or {}).get("environment") or {})
+        parts = []
+        for step, fn, judge in (("check_half", "check-half", freq.judge_check_half),
+                                ("restore_half", "restore-half", freq.judge_restore_half)):
+            if not self.declared(step):
+                continue
+            doc, _ = read_json(os.path.join(self.dir, f"{fn}.json"))
+            rc, extra = self.step_rc(res, step)
+            stderr = clip(read_text(os.path.join(self.dir, f"{fn}.stderr")) or "")
+            parts.append(f"{step.split('_')[0]} {judge(self, doc, rc, stderr, scaling)}")
+        self.half = "; ".join(parts)
 
     def judge_boot(self, boot, res):
         rc = boot.get("boot_rc")
@@ -258,7 +291,7 @@ class Kernel:
         by_id = {c.get("id"): c for c in checks}
         self.extra = [f"{c.get('number')} {c.get('id')} {SHORT.get(c.get('verdict'), c.get('verdict'))}"
                       for c in checks if c.get("id") not in CHECK_IDS]
-        for number, cid in enumerate(CHECK_IDS, 1):
+        for number, cid in enumerate(CHECK_IDS[:N_BASE], 1):
             c = by_id.get(cid)
             name = f"check {number} {cid}"
             if c is None:
@@ -304,12 +337,15 @@ class Kernel:
                 self.judge_kvmclock(name, verdict, reason, c.get("values") or {})
             elif cid == "master-clock":
                 self.judge_master_clock(name, verdict, reason, c.get("values") or {})
+        findings = freq.judge_family(self, by_id, doc.get("environment") or {})
         # A FAIL of check 8 or 9 is a finding about the kernel, asserted above to
-        # follow from its evidence; any other FAIL is an expectation broken.
+        # follow from its evidence, as are those of the frequency family the
+        # family's judges accepted; any other FAIL is an expectation broken.
+        found = CLOCK_CHECKS + tuple(findings)
         other_fails = [c.get("id") for c in checks
-                       if c.get("verdict") == "FAIL" and c.get("id") not in CLOCK_CHECKS]
+                       if c.get("verdict") == "FAIL" and c.get("id") not in found]
         clock_fails = [c.get("id") for c in checks
-                       if c.get("verdict") == "FAIL" and c.get("id") in CLOCK_CHECKS]
+                       if c.get("verdict") == "FAIL" and c.get("id") in found]
         want_rc = "1" if clock_fails and not other_fails else "0"
         if rc != want_rc:
             self.fail("check exit code", f"exit {rc}{extra}",
@@ -387,13 +423,13 @@ class Kernel:
         self.note(f"check 8: IA32_TSC writes {kinds}, versions "
                   f"{[w.get('version') for w in writes]}; TSC_ADJUST control {control}")
 
-    def judge_master_clock(self, name, verdict, reason, vals):
+    def judge_master_clock(self, name, verdict, reason, vals, pairs_of=None):
         """Check 9 on real KVM: every ordered pair measured, and the verdict the flags and
         the pairs give: no KVM_CLOCK_TSC_STABLE: SKIP; stable and a pair's interval
         excluding 0: FAIL; PASS only with every interval holding 0."""
         after = vals.get("after_rounds") or {}
         pairs = after.get("pairs") or []
-        n = self.vcpus or 2
+        n = pairs_of or self.vcpus or 2
         if len(pairs) != n * (n - 1):
             self.fail(name, verdict, f"expected {n * (n - 1)} ordered pairs of kvmclocks, got {len(pairs)}")
             return
@@ -406,7 +442,7 @@ class Kernel:
         elif not apart and verdict == "FAIL":
             self.fail(name, verdict, f"no pair differs, yet FAIL: {reason}")
         fresh = vals.get("fresh") or {}
-        self.note(f"check 9: after the rounds stable={after.get('tsc_stable')}, pairs apart "
+        self.note(f"{name}: after the rounds stable={after.get('tsc_stable')}, pairs apart "
                   f"{[(p.get('a'), p.get('b'), p.get('lower_ns'), p.get('upper_ns')) for p in apart]}; "
                   f"fresh VM stable={fresh.get('tsc_stable')}")
 
@@ -744,6 +780,7 @@ class Kernel:
         else:
             cells.append("-")
         cells.append(self.restore or "-")
+        cells.append(self.half or "-")
         cells.append(self.skew or "-")
         cells.append(self.seconds or "-")
         cells.append(", ".join(self.extra) or "-")
@@ -753,7 +790,7 @@ class Kernel:
 
 def table(rows):
     head = ["kernel", "release"] + [str(n) for n in range(1, N_CHECKS + 1)] + [
-        "run honoured", "tests ok", "restore (skew cycles)", "initial skew", "seconds", "other checks", "result"]
+        "run honoured", "tests ok", "restore (skew cycles)", "at 0.5x", "initial skew", "seconds", "other checks", "result"]
     widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -791,6 +828,7 @@ def main(argv):
                         "release": k.release,
                         "verdicts": {CHECK_IDS[n - 1]: k.verdicts.get(n) for n in range(1, N_CHECKS + 1)},
                         "restore": k.restore,
+                        "at_half_rate": k.half,
                         "initial_skew": k.skew,
                         "other_checks": k.extra,
                         "run_honoured": k.honoured,

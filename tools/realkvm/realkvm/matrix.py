@@ -31,7 +31,7 @@ from .runs import RUNNER, Run
 ROOT = Path(__file__).resolve().parents[3]
 ENTRY = Path(__file__).resolve().parent  # python3 ENTRY runs __main__.py
 TARGET = "x86_64-unknown-linux-gnu"
-DEFAULT_SUITES = "bullseye,bookworm,trixie@4"
+DEFAULT_SUITES = "bullseye,bookworm,trixie@4,trixie@bochs-tigerlake"
 DEFAULT_TESTS = "kvm_run,check,kvmclock,kvm_compare,faults,signals,restore,initial_skew"
 # thread=single although qemu-svm defaults to multi: multi never hung (see
 # measurements.md), but it leaves the emulated vCPUs' timing to the host's scheduler,
@@ -52,6 +52,7 @@ OPTS = [
     Opt("smp", ("--smp", "--vcpus")),
     Opt("tcg_thread", ("--tcg-thread",)),
     Opt("tests", ("--tests",)),
+    Opt("run", ("--run",)),
     Opt("boot_timeout", ("--boot-timeout",)),
     Opt("step_timeout", ("--step-timeout",)),
     Opt("download_timeout", ("--download-timeout",)),
@@ -101,10 +102,15 @@ Machine:
                        machines that have it (realkvm boot --tcg-thread)
 
 Run:
-  --tests LIST         integration test binaries to run inside (default:
-                       {DEFAULT_TESTS}; kvm_run and check are the ones the matrix must have)
+  --run NAME           the run of tools/realkvm/runs/ every boot executes (default: each
+                       machine's own, machines.toml `run`: kernel-matrix on qemu-svm,
+                       bochs-matrix on the Bochs machines)
+  --tests LIST         integration test binaries to run inside, where the run has a test
+                       step (default: {DEFAULT_TESTS}; kvm_run and check are the ones
+                       the matrix must have)
   --boot-timeout SECS  limit of each emulator run, boot included (default 420; a boot
-                       of N > 2 CPUs gets N/2 times as much)
+                       of N > 2 CPUs gets N/2 times as much, a machine with a
+                       time_scale that many times)
   --step-timeout SECS  limit of each step inside the guest (default 120, scaled alike)
   --download-timeout SECS  extra time per boot for a one-off kernel download
                        (default 900; cached kernels need none)
@@ -323,17 +329,25 @@ def run(argv):
         files.append(f"{stage / 'bin' / name}:/tests/{name}")
         tests.append({"test": name, "test_path": f"/tests/{name}"})
 
-    the_run = Run.load("kernel-matrix")
+    runs = {}
+    for e in entries:
+        name = o.get("run") or specs[e.machine].run
+        try:
+            runs[name] = runs.get(name) or Run.load(name)
+        except (OSError, ValueError) as err:
+            die(f"{e.label}: no usable run '{name}' ({err}); the runs are tools/realkvm/runs/*.toml")
     boot_failed = False
     for e in entries:
+        the_run = runs[o.get("run") or specs[e.machine].run]
         d = art / e.label
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
         # More vCPUs take longer under emulation: N > 2 gets N/2 times the limits.
-        scale = max(1, (e.cpus + 1) // 2)
+        scale = max(1, (e.cpus + 1) // 2) * max(1, specs[e.machine].time_scale)
         bt, st = boot_timeout * scale, step_timeout * scale
         steps = stage / f"steps-{e.label}.sh"
-        steps.write_text(the_run.steps_file({"bin": binary, "vcpus": str(e.cpus), "out": "/out", "tests": tests}, st))
+        values = {"bin": binary, "vcpus": str(e.cpus), "out": "/out", "tests": tests}
+        steps.write_text(the_run.steps_file(values, st))
         spec = specs[e.machine]
         machine_opts = ["--tcg-thread", tcg] if "tcg_thread" in spec.options else []
         log(f"{e.label}: booting {' '.join(e.kernel_args)} on {e.machine} with {e.cpus} CPUs{' TCG thread=' + tcg if machine_opts else ''} "
@@ -361,7 +375,8 @@ def run(argv):
         (d / "boot" / "initrd.gz").unlink(missing_ok=True)
         lines = [f"boot_rc={rc}", f"boot_seconds={secs:.1f}", f"qemu_seconds={info.get('qemu_seconds', '')}", f"boot_timeout={bt}",
                  f"label={e.label}", f"kernel_args={' '.join(e.kernel_args)}", f"smp={e.cpus}", f"vcpus={e.cpus}",
-                 f"tcg_thread={info.get('tcg_thread', tcg if machine_opts else '')}", f"machine={e.machine}"]
+                 f"tcg_thread={info.get('tcg_thread', tcg if machine_opts else '')}", f"machine={e.machine}",
+                 f"run={the_run.name}", f"steps={' '.join(the_run.step_names(values))}"]
         # What the host meant to boot (checked against what the guest reports) and the emulator.
         for k in ("expected_release", "qemu_version", "emulator_version"):
             if k in info:

@@ -21,7 +21,7 @@ VALUES = {
 class MatrixRun(unittest.TestCase):
     def test_the_matrix_run_has_the_steps_the_judge_reads(self):
         r = Run.load("kernel-matrix")
-        self.assertEqual(r.step_names(VALUES), ["check", "run", "restore", "skew", "test_kvm_run", "test_check"])
+        self.assertEqual(r.step_names(VALUES), ["check", "run", "restore", "check_half", "restore_half", "skew", "test_kvm_run", "test_check"])
         text = r.steps_file(VALUES, 240)
         self.assertIn("limit 240\n", text)
         self.assertIn("record 'skew_args' '--vcpus 4 --rounds 3 --initial-skew 100000000'\n", text)
@@ -30,6 +30,20 @@ class MatrixRun(unittest.TestCase):
         self.assertIn("step 'run' '/out/run.json' '/out/run.stderr' '/t/release/tsc-rendezvous' 'run' '--json' '--vcpus' '4' '--rounds' '20' '--kvmclock'\n", text)
         self.assertIn("step 'test_check' '/out/test-check.log' '/out/test-check.log' 'env' 'CI=1' '/tests/check' '--test-threads' '1'\n", text)
         self.assertTrue(text.endswith("record 'tests' 'kvm_run check'\n"))
+
+
+    def test_the_bochs_run_keeps_to_the_steps_that_need_vmx(self):
+        from realkvm import machines
+        r = Run.load("bochs-matrix")
+        self.assertEqual(r.step_names(VALUES), ["check", "check_half", "run", "restore", "restore_half"])
+        text = r.steps_file(VALUES, 480)
+        self.assertIn("'--vcpus' '2'", text, "two vCPUs whatever the CPUs emulated")
+        self.assertIn("'--tsc-khz' '0.5x'", text)
+        specs = machines.specs()
+        self.assertEqual({n: s.run for n, s in specs.items()},
+                         {"qemu-svm": "kernel-matrix", "bochs-tigerlake": "bochs-matrix",
+                          "bochs-skylake-x": "bochs-matrix", "bochs-haswell": "bochs-matrix"})
+        self.assertEqual(specs["bochs-tigerlake"].time_scale, 4)
 
 
 class Runner(unittest.TestCase):

@@ -39,6 +39,12 @@ class MachineSpec:
     max_cpus: int = 1  # the most emulated CPUs this machine is known to boot with
     # What the CPU model offers, as documentation (the tool measures it).
     tsc_scaling: Optional[bool] = None
+    # The run (tools/realkvm/runs/NAME.toml) the matrix gives this machine's
+    # entries unless told otherwise.
+    run: str = "kernel-matrix"
+    # How many times the matrix's boot and step limits a boot on this machine
+    # gets (an emulator slower than QEMU's TCG needs more).
+    time_scale: int = 1
     options: dict = field(default_factory=dict)  # emulator-specific settings
 
 
