@@ -92,7 +92,9 @@ Kernel (default: the newest kernel of Debian {debian.DEFAULT_SUITE}, flavour {de
                    instead of the one in this machine's apt sources
   --security-mirror URL  its security archive (default: the apt sources' one)
   --kernel BZIMAGE boot this kernel instead (e.g. arch/x86/boot/bzImage of a build
-                   tree); not with --suite, --flavour or --refresh-kernel
+                   tree, or a tuxmake output directory: its bzImage, and its
+                   modules.tar.xz unless --modules is given); not with --suite,
+                   --flavour or --refresh-kernel
   --modules DIR    with --kernel: where its modules are: a tree made by
                    'make modules_install INSTALL_MOD_PATH=DIR' (DIR/lib/modules/REL/),
                    a lib/modules/REL directory, or any directory holding the .ko

@@ -85,7 +85,8 @@ Kernels:
                        Default: {DEFAULT_SUITES} without --kernel, none with it
   --flavour F, --flavor F  default kernel flavour of the entries (default amd64)
   --kernel BZIMAGE     also boot this kernel (e.g. a patched build's
-                       arch/x86/boot/bzImage); its artefacts go to ARTEFACTS/LABEL/
+                       arch/x86/boot/bzImage, or a tuxmake output directory); its
+                       artefacts go to ARTEFACTS/LABEL/
   --modules DIR        its modules (as realkvm boot --modules: an
                        INSTALL_MOD_PATH tree, a lib/modules/REL directory or a
                        directory of .ko files); leave out if KVM is built in
@@ -257,10 +258,14 @@ def run(argv):
         die(f"no machine '{default_machine}' in machines.toml (machines: {', '.join(specs)})")
     user_kernel, user_modules = o.get("kernel", ""), o.get("modules", "")
     if user_kernel:
-        if not Path(user_kernel).is_file():
+        from .kernels.tree import tuxmake_output
+
+        if tuxmake_output(user_kernel) is not None:
+            pass  # a tuxmake output directory: realkvm boot takes its bzImage and modules
+        elif not Path(user_kernel).is_file():
             die(f"--kernel '{user_kernel}' is not a file")
         # The x86 boot protocol's "HdrS" (as realkvm boot checks, but before the build).
-        if not is_bzimage(user_kernel):
+        elif not is_bzimage(user_kernel):
             die(f"--kernel '{user_kernel}' is not a bzImage (want e.g. arch/x86/boot/bzImage)")
         user_kernel = str(Path(user_kernel).resolve())
         if user_modules:

@@ -132,6 +132,31 @@ class BuiltTree(unittest.TestCase):
         self.assertIn("assuming KVM (kvm_amd) is built into", notes[-1])
 
 
+class TuxmakeOutput(unittest.TestCase):
+    def test_a_tuxmake_output_directory_is_a_kernel_with_its_modules_tarball(self):
+        import io
+        import json as j
+        import tarfile
+        out = Path(tempfile.mkdtemp())
+        support.bzimage(out / "bzImage", REL)
+        with tarfile.open(out / "modules.tar.xz", "w:xz") as t:
+            for name, data in {"kvm.ko": support.ko("irqbypass", VM), "kvm-amd.ko": support.ko("kvm", VM),
+                               "irqbypass.ko": support.ko("", VM)}.items():
+                info = tarfile.TarInfo(f"lib/modules/{REL}/kernel/{name}")
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+        (out / "metadata.json").write_text(j.dumps({"results": {"artifacts": {
+            "kernel": ["bzImage"], "modules": ["modules.tar.xz"]}}}))
+        notes = []
+        k = tree.BuiltKernel(out, None, "kvm_amd").resolve(notes.append)
+        self.assertEqual((k.image, k.release), ((out / "bzImage").resolve(), REL))
+        self.assertEqual([n for n, _ in k.modules], ["irqbypass", "kvm", "kvm-amd"])
+        # Without metadata.json it is just a directory, not a bzImage.
+        (out / "metadata.json").unlink()
+        with self.assertRaises(Fail):
+            tree.BuiltKernel(out, None, "kvm_amd")
+
+
 class CacheEntries(unittest.TestCase):
     def test_an_entry_has_a_load_order_per_root_and_a_bash_era_one_for_its_root(self):
         e = Path(tempfile.mkdtemp())

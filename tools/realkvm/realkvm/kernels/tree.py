@@ -2,16 +2,54 @@
 
 `--modules DIR` is a tree made by `make modules_install INSTALL_MOD_PATH=DIR`
 (DIR/lib/modules/REL/), a lib/modules/REL directory, or any directory holding
-the .ko files (.ko, .ko.xz, .ko.zst, .ko.gz).
+the .ko files (.ko, .ko.xz, .ko.zst, .ko.gz). `--kernel` may also be the
+output directory of tuxmake (its metadata.json, bzImage and modules.tar.xz):
+then the modules come from its tarball unless `--modules` says otherwise.
 """
 
+import json
 import os
+import tarfile
+import tempfile
 from pathlib import Path
 
 from .. import modules as mods
 from ..elf import bzimage_release, is_bzimage
 from ..errors import EX_USAGE, Fail
 from . import Resolved
+
+
+def tuxmake_output(path):
+    """(bzImage, modules.tar.xz or None) of a tuxmake output directory, or None
+    when `path` is not one (no metadata.json naming a kernel that is there)."""
+    p = Path(path)
+    meta = p / "metadata.json"
+    if not (p.is_dir() and meta.is_file()):
+        return None
+    try:
+        data = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return None
+    artifacts = (data.get("results") or {}).get("artifacts") or {}
+    kernel, modules = artifacts.get("kernel") or [], artifacts.get("modules") or []
+    if not kernel or not (p / kernel[0]).is_file():
+        return None
+    tarball = p / modules[0] if modules else None
+    return p / kernel[0], (tarball if tarball is not None and tarball.is_file() else None)
+
+
+def unpack_modules(tarball):
+    """The modules of a tuxmake modules.tar.xz, unpacked into a directory of
+    their own (only regular files under lib/modules/ are taken)."""
+    out = Path(tempfile.mkdtemp(prefix="realkvm-modules."))
+    try:
+        with tarfile.open(tarball, "r:xz") as t:
+            members = [m for m in t.getmembers() if m.isfile() and "lib/modules/" in m.name
+                       and not m.name.startswith("/") and ".." not in Path(m.name).parts]
+            t.extractall(out, members=members, filter="data")
+    except (OSError, tarfile.TarError) as e:
+        raise Fail(EX_USAGE, f"--kernel: cannot unpack {tarball}: {e}") from None
+    return out
 
 
 def check_image(path, opt="--kernel"):
@@ -73,6 +111,11 @@ class BuiltKernel:
 
     def __init__(self, image, modules_dir, root_module):
         """Checks the paths (usage errors) at once, before anything else runs."""
+        tux = tuxmake_output(image)
+        if tux is not None:
+            image, tarball = tux
+            if not modules_dir and tarball is not None:
+                modules_dir = str(unpack_modules(tarball))
         self.image = check_image(image)
         self.release = bzimage_release(self.image)
         self.root_module = root_module
