@@ -13,6 +13,10 @@ pub const PAGES: &[(&str, &str)] = &[
     ("docs/checks.md", include_str!("../../docs/checks.md")),
     ("docs/kvmclock.md", include_str!("../../docs/kvmclock.md")),
     ("docs/frequency.md", include_str!("../../docs/frequency.md")),
+    (
+        "docs/harness-tools.md",
+        include_str!("../../docs/harness-tools.md"),
+    ),
     ("docs/ci.md", include_str!("../../docs/ci.md")),
     ("docs/restore.md", include_str!("../../docs/restore.md")),
     (
