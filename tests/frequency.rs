@@ -22,13 +22,7 @@ fn tool(args: &[&str]) -> Output {
 }
 
 fn json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    common::json_of(out)
 }
 
 fn check_by_id<'a>(doc: &'a Value, id: &str) -> &'a Value {
@@ -162,16 +156,19 @@ fn a_rate_this_kvm_cannot_scale_to_is_refused_and_one_it_takes_is_reported() {
     if !kvm_or_skip() {
         return;
     }
-    let out = tool(&[
-        "run",
-        "--json",
-        "--rounds",
-        "3",
-        "--variant",
-        "xen-head",
-        "--tsc-khz",
-        "2x",
-    ]);
+    let run_at = |rate: &str| {
+        tool(&[
+            "run",
+            "--json",
+            "--rounds",
+            "3",
+            "--variant",
+            "xen-head",
+            "--tsc-khz",
+            rate,
+        ])
+    };
+    let out = run_at("2x");
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -189,16 +186,7 @@ fn a_rate_this_kvm_cannot_scale_to_is_refused_and_one_it_takes_is_reported() {
     );
     assert_eq!(set["asked"]["ratio_ppm"], 2_000_000);
 
-    let half = tool(&[
-        "run",
-        "--json",
-        "--rounds",
-        "3",
-        "--variant",
-        "xen-head",
-        "--tsc-khz",
-        "0.5x",
-    ]);
+    let half = run_at("0.5x");
     let doc = short_check(&[]);
     let scaling = doc["environment"]["kvm_capabilities"]["KVM_CAP_TSC_CONTROL"]
         .as_i64()

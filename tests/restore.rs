@@ -40,13 +40,7 @@ fn restore_cmd(args: &[&str], env: &[(&str, &str)]) -> Output {
 }
 
 fn json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    common::json_of(out)
 }
 
 fn validate(doc: &Value) {

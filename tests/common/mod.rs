@@ -205,3 +205,15 @@ pub mod stats_fixture {
             .collect()
     }
 }
+
+/// A command's stdout as JSON, or a panic showing what it printed instead.
+#[allow(dead_code)] // each test binary uses its own part of common
+pub fn json_of(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
