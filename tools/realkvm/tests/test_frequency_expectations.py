@@ -57,6 +57,14 @@ class TscFrequency(unittest.TestCase):
         k = kernel()
         freq.judge_tsc_frequency(k, "c10", "PASS", "", {"probes": svm_probes({"lo": 0.99, "hi": 1.01}, "PASS")}, False)
         self.assertNotEqual(k.failures, [])
+        # Served part of the way (master-clock updates now and then): a finding too.
+        k = kernel()
+        freq.judge_tsc_frequency(k, "c10", "FAIL", "", {"probes": svm_probes({"lo": 1.15, "hi": 1.19}, "FAIL")}, False)
+        self.assertEqual(k.failures, [])
+        # Slower than the host's rate is no catch-up at all.
+        k = kernel()
+        freq.judge_tsc_frequency(k, "c10", "FAIL", "", {"probes": svm_probes({"lo": 0.5, "hi": 0.6}, "FAIL")}, False)
+        self.assertNotEqual(k.failures, [])
         # Catch-up served: PASS.
         k = kernel()
         freq.judge_tsc_frequency(k, "c10", "PASS", "", {"probes": svm_probes({"lo": 1.99, "hi": 2.01}, "PASS")}, False)
