@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import tempfile
 from pathlib import Path
 
@@ -344,8 +345,15 @@ def run(argv, apt_root="/"):
     boot = Boot(k.image, paths["initrd"], cmdline, smp, mem, timeout, workdir, paths["log"])
     log(f"{k.desc}, machine {spec.name} ({spec.emulator}, {spec.vendor}, cpu {machine.spec.cpu}), smp {smp}, timeout {timeout}s, workdir {workdir}")
     hide = serial.hide_file_bodies()
+    # When the protocol's markers and the guest runner's lines reached the host:
+    # where a boot's host time goes (boot, each step), whatever the guest's clock.
+    started = time.monotonic()
+    times = open(workdir / "console-times.txt", "w")
 
     def echo(line):
+        if line.startswith(("@@TSC-QEMU-", "run-steps:")):
+            times.write(f"{time.monotonic() - started:.2f} {line.rstrip()}\n")
+            times.flush()
         s = hide(line)
         if s:
             sys.stdout.write(s)
@@ -361,6 +369,7 @@ def run(argv, apt_root="/"):
         log(f"{e.what}; stopped the emulator (log: {paths['log']})")
         return e.code
     finally:
+        times.close()
         for s, h in old.items():
             signal.signal(s, h)
     return finish(result, k, spec, smp, timeout, script, paths)

@@ -169,6 +169,32 @@ def parse_entry(entry, flavour, default_machine, default_smp, smp_given, specs):
     return Entry(label, ["--suite", suite, "--flavour", fl], machine, n)
 
 
+def host_profile(times_file):
+    """Where a boot's host time went, from its console-times.txt (host seconds at
+    which the markers and the guest runner's lines arrived): (seconds to the
+    program's start, [(step, seconds)]); (None, []) without the file."""
+    try:
+        lines = Path(times_file).read_text().splitlines()
+    except OSError:
+        return None, []
+    to_program, starts, steps = None, {}, []
+    for line in lines:
+        t, _, text = line.partition(" ")
+        try:
+            t = float(t)
+        except ValueError:
+            continue
+        if text.startswith("@@TSC-QEMU-BEGIN@@") and to_program is None:
+            to_program = t
+        m = re.match(r"run-steps: (\S+): (exit \d+ after )?", text)
+        if m and m.group(2):
+            if m.group(1) in starts:
+                steps.append((m.group(1), round(t - starts.pop(m.group(1)), 1)))
+        elif m:
+            starts[m.group(1)] = t
+    return to_program, steps
+
+
 def static_build(tests, stage):
     """Builds the binary and the test binaries statically with one cargo
     invocation (the tests need the binary and compile its path in); returns
@@ -382,6 +408,10 @@ def run(argv):
                  f"label={e.label}", f"kernel_args={' '.join(e.kernel_args)}", f"smp={e.cpus}", f"vcpus={e.cpus}",
                  f"tcg_thread={info.get('tcg_thread', tcg if machine_opts else '')}", f"machine={e.machine}",
                  f"run={the_run.name}", f"steps={' '.join(the_run.step_names(values))}"]
+        to_program, steps_host = host_profile(d / "boot" / "console-times.txt")
+        if to_program is not None:
+            lines.append(f"host_seconds_to_program={to_program:.1f}")
+            lines.append("host_step_seconds=" + ",".join(f"{n}:{s}" for n, s in steps_host))
         # What the host meant to boot (checked against what the guest reports) and the emulator.
         for k in ("expected_release", "qemu_version", "emulator_version"):
             if k in info:
@@ -399,7 +429,8 @@ def run(argv):
     rc = expectations.main(["judge", str(art), *labels])
     shutil.rmtree(stage, ignore_errors=True)
     boots = "".join(
-        f" {lab} {kv.get('boot_seconds')}s (QEMU {kv.get('qemu_seconds')}s)"
+        f" {lab} {kv.get('boot_seconds')}s (emulator {kv.get('qemu_seconds')}s; to the program "
+        f"{kv.get('host_seconds_to_program', '?')}s; steps {kv.get('host_step_seconds', '?')})"
         for lab in labels
         for kv in [expectations.read_kv(art / lab / "boot.txt") or {}]
     )

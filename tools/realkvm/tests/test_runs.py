@@ -110,3 +110,17 @@ record = { items = "{n}" }
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class HostProfile(unittest.TestCase):
+    def test_a_boots_host_time_is_split_into_the_boot_and_each_step(self):
+        from realkvm.matrix import host_profile
+        d = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, d, True)
+        (d / "t").write_text("\n".join([
+            "100.50 @@TSC-QEMU-KERNEL 6.12.118@@", "101.00 @@TSC-QEMU-BEGIN@@",
+            "101.20 run-steps: check: /bin/tsc-rendezvous check --json", "113.70 run-steps: check: exit 1 after 0.54s",
+            "113.80 run-steps: run: /bin/tsc-rendezvous run", "116.00 run-steps: run: exit 0 after 0.11s",
+            "garbage line", "117.00 @@TSC-QEMU-EXIT 1@@"]) + "\n")
+        self.assertEqual(host_profile(d / "t"), (101.0, [("check", 12.5), ("run", 2.2)]))
+        self.assertEqual(host_profile(d / "missing"), (None, []))
