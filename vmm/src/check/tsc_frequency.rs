@@ -253,6 +253,7 @@ pub fn judge(f: &FrequencyEvidence, flavor: KvmFlavor) -> Finding {
     finding.value("tsc_control", f.scaling.tsc_control);
     finding.value("vm_tsc_control", f.vm_control);
     finding.value("tolerance_ppm", f.scaling.tolerance_ppm);
+    finding.value("measure_seconds", &f.seconds);
     if judged.is_empty() {
         finding.reason = format!("no rate could be tried: {}", f.errors.join("; "));
         return finding;

@@ -4,7 +4,7 @@
 //! VM that cannot be had is said in [`FrequencyEvidence::errors`] and its
 //! checks judge without it; only a stop request ends the measurement.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tsc_contract::RoundRecord;
 
@@ -58,29 +58,41 @@ pub fn measure(opts: &CheckOptions) -> Result<FrequencyEvidence, RunError> {
     ev.vm_control = vm_control;
     for ppm in ratios(&scaling) {
         let khz = TscRequest::RatioPpm(ppm).resolve(scaling.host_khz);
+        let t = Instant::now();
         match vcpu_probe(opts.timeout, ppm, khz) {
             Ok(p) => ev.probes.push(p),
             Err(e) => ev = stop_or(e, ev, &format!("the per-vCPU probe of {khz} kHz"))?,
         }
+        ev.seconds
+            .push((format!("per-vCPU {khz} kHz"), t.elapsed().as_secs_f64()));
     }
     if vm_control {
         for ppm in &ratios(&scaling)[..2] {
             let khz = TscRequest::RatioPpm(*ppm).resolve(scaling.host_khz);
+            let t = Instant::now();
             match vm_probe(opts.timeout, *ppm, khz) {
                 Ok(p) => ev.probes.push(p),
                 Err(e) => ev = stop_or(e, ev, &format!("the per-VM probe of {khz} kHz"))?,
             }
+            ev.seconds
+                .push((format!("per-VM {khz} kHz"), t.elapsed().as_secs_f64()));
         }
     }
+    let t = Instant::now();
     match mixed(opts.timeout, &scaling) {
         Ok(m) => ev.mixed = Some(m),
         Err(e) => ev = stop_or(e, ev, "the mixed-rate VM")?,
     }
+    ev.seconds
+        .push(("mixed-rate VM".into(), t.elapsed().as_secs_f64()));
     if scaling.tsc_control {
+        let t = Instant::now();
         match scaled(opts) {
             Ok(s) => ev.scaled = Some(s),
             Err(e) => ev = stop_or(e, ev, "the scaled rendezvous")?,
         }
+        ev.seconds
+            .push(("scaled rendezvous".into(), t.elapsed().as_secs_f64()));
     }
     Ok(ev)
 }

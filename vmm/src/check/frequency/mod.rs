@@ -228,4 +228,7 @@ pub struct FrequencyEvidence {
     pub scaled: Option<ScaledRounds>,
     /// What could not be measured, and why.
     pub errors: Vec<String>,
+    /// Wall time of each part of the measurement, seconds (where a check
+    /// run's time goes).
+    pub seconds: Vec<(String, f64)>,
 }
