@@ -7,6 +7,13 @@ format. `Run.steps_file(values)` renders it, with the boot's values
 substituted, into the steps file the generic guest runner
 (realkvm/guest/run-steps.sh) sources: one shell call per line, every word
 single-quoted. The guest needs no TOML parser and decides nothing.
+
+A `[[group]]` (after the plain steps) repeats its own steps for each item of a
+list value (`foreach`), in order, item by item: first it puts another set of
+kernel modules in place of the running ones (`modules`: the modules to unload,
+root module first, and the files to load, dependencies first), then its steps;
+a failed swap skips that item's steps (recorded as not run), and each item's
+kernel log goes to `{out}/NAME/dmesg.txt` (see runs/variants.toml).
 """
 
 import re
@@ -67,11 +74,23 @@ class Run:
         return out
 
     def step_names(self, values):
-        """The names of the steps, foreach steps expanded."""
-        return [n for n, *_ in self._steps(self._vars(values))]
+        """The names of the steps, foreach steps and groups expanded."""
+        env = self._vars(values)
+        names = [n for n, *_ in self._steps(env, self.data.get("step"))]
+        for g in self.data.get("group") or []:
+            for item in self._items(g, env):
+                names += [n for n, *_ in self._steps({**env, **item}, g.get("step"))]
+        return names
 
-    def _steps(self, env):
-        for s in self.data.get("step") or []:
+    @staticmethod
+    def _items(block, env):
+        items = env.get(block["foreach"]) if "foreach" in block else [{}]
+        if not isinstance(items, list):
+            raise RunError(f"{block.get('name', 'group')}: foreach {block['foreach']!r} names no list")
+        return items
+
+    def _steps(self, env, steps):
+        for s in steps or []:
             items = [{}]
             if "foreach" in s:
                 items = env.get(s["foreach"])
@@ -97,7 +116,27 @@ class Run:
             argv = self._words(p["argv"], env)
             lines.append(" ".join(["probe", shq(p["name"]), shq(p["contains"])] + [shq(w) for w in argv]))
         foreach_names = {}
-        for name, argv, out, err, s, e in self._steps(env):
+        lines += self._step_lines(env, self.data.get("step"), foreach_names)
+        for g in self.data.get("group") or []:
+            for item in self._items(g, env):
+                e = {**env, **item}
+                m = g.get("modules") or {}
+                name = self._sub(g.get("name", "group"), e)
+                unload = self._words(m.get("unload", []), e)
+                load = self._words(m.get("load", []), e)
+                # begin NAME DIR UNLOAD... -- LOAD...: a fresh kernel log, then the swap.
+                lines.append(" ".join(["begin", shq(name), shq(self._sub(env["out"] + "/" + name, e))]
+                                      + [shq(w) for w in unload] + ["--"] + [shq(w) for w in load]))
+                lines += self._step_lines(e, g.get("step"), foreach_names)
+                lines.append(f"end {shq(name)}")
+        # A step's `record` values, space-joined over its foreach items, after the steps.
+        for key, names in foreach_names.items():
+            lines.append(f"record {shq(key)} {shq(' '.join(names))}")
+        return "\n".join(lines) + "\n"
+
+    def _step_lines(self, env, steps, foreach_names):
+        lines = []
+        for name, argv, out, err, s, e in self._steps(env, steps):
             call = ["step", shq(name), shq(out), shq(err)]
             if "if_probe" in s:
                 extra = self._words(s.get("probe_args", []), e)
@@ -109,7 +148,4 @@ class Run:
                 lines.append(" ".join(call + [shq(w) for w in argv]))
             for key, value in (s.get("record") or {}).items():
                 foreach_names.setdefault(key, []).append(self._sub(value, e))
-        # A step's `record` values, space-joined over its foreach items, after the steps.
-        for key, names in foreach_names.items():
-            lines.append(f"record {shq(key)} {shq(' '.join(names))}")
-        return "\n".join(lines) + "\n"
+        return lines

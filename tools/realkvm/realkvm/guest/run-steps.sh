@@ -22,6 +22,12 @@
 #   probe NAME TEXT CMD...     record NAME=yes when CMD's output holds TEXT, else no
 #   when NAME VALUE CALL...    CALL only when probe NAME recorded VALUE
 #   step NAME STDOUT STDERR CMD...  run CMD under the limit (STDOUT = STDERR: one file)
+#   begin NAME DIR UNLOAD... -- LOAD...  start group NAME: unload the modules
+#                              UNLOAD (those loaded), load the files LOAD in order;
+#                              records NAME_modules_rc (0: swapped, /dev/kvm there)
+#                              and, on failure, NAME_modules_error; the group's
+#                              steps then record NAME_rc=blocked instead of running
+#   end NAME                   end the group: its kernel log to DIR/dmesg.txt
 
 out=${TSC_QEMU_OUT:-/out}
 mkdir -p "$out"
@@ -29,6 +35,7 @@ res=$out/results.txt
 : >"$res"
 limit_s=300
 status=0
+blocked=
 
 put() { echo "$1=$2" >>"$res"; }
 uptime_s() { read -r up _ </proc/uptime; echo "$up"; }
@@ -57,9 +64,51 @@ when() {
     "$@"
 }
 # (busybox timeout: SIGTERM at the limit; the program's own exit code otherwise.)
+loaded() { grep -q "^$1 " /proc/modules; }
+begin() {
+    group=$1 gdir=$2
+    shift 2
+    mkdir -p "$gdir"
+    blocked=
+    # A marker in the kernel log: end cuts the group's part out from it.
+    echo "realkvm-group-begin $group" >/dev/kmsg 2>/dev/null
+    say "$group: modules"
+    why=
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        if loaded "$1" && ! rmmod "$1" 2>>"$gdir/modules.log"; then
+            [ -n "$why" ] || why="rmmod $1 failed"
+        fi
+        shift
+    done
+    [ "${1:-}" = "--" ] && shift
+    for f in "$@"; do
+        [ -n "$why" ] && break
+        insmod "$f" 2>>"$gdir/modules.log" || why="insmod $f failed"
+    done
+    [ -n "$why" ] || [ -c /dev/kvm ] || why="no /dev/kvm after loading the modules"
+    if [ -n "$why" ]; then
+        blocked=$group
+        put "${group}_modules_rc" 1
+        put "${group}_modules_error" "$why"
+        say "$group: $why: its steps do not run"
+        status=1
+    else
+        put "${group}_modules_rc" 0
+    fi
+}
+end() {
+    dmesg 2>/dev/null | sed -n "/realkvm-group-begin $1\$/,\$p" >"$gdir/dmesg.txt"
+    blocked=
+}
 step() {
     name=$1 so=$2 se=$3
     shift 3
+    if [ -n "$blocked" ]; then
+        say "$name: not run (the modules of $blocked did not load)"
+        put "${name}_rc" blocked
+        return 0
+    fi
+    mkdir -p "$(dirname "$so")" "$(dirname "$se")"
     say "$name: $*"
     t0=$(uptime_s)
     if [ "$so" = "$se" ]; then
