@@ -16,6 +16,9 @@ Commands:
   build-kernel  build a small kernel with kvm_amd and kvm_intel from Debian's
                 linux-source or a tree (tools/qemu-kvm/build-kernel.sh)
   judge         judge an artefact directory of the matrix again: judge DIR KERNEL...
+  variants      the tool on kernels whose KVM was changed on purpose (the fix of the
+                stale kvmclock page, mutants): every verdict against its declaration
+  variant-judge judge a variants run's artefacts again: variant-judge DIR MACHINE...
   machines      list the machines of machines.toml
 
 `realkvm COMMAND --help` for each command's options.
@@ -44,6 +47,14 @@ def main(argv=None):
         from . import expectations
 
         return expectations.main(["judge"] + rest)
+    if cmd == "variants":
+        from . import variant_run
+
+        return variant_run.main(rest)
+    if cmd == "variant-judge":
+        from . import variant_judge
+
+        return variant_judge.main(rest)
     if cmd == "machines":
         from . import machines
 

@@ -200,12 +200,16 @@ def static_build(tests, stage):
     invocation (the tests need the binary and compile its path in); returns
     (seconds, {"@bin": path, test: path})."""
     target_dir = ROOT / "target" / "static"
-    log(f"building statically linked tsc-rendezvous and tests ({' '.join(tests)}) in {target_dir}")
+    log(f"building statically linked tsc-rendezvous{' and tests (' + ' '.join(tests) + ')' if tests else ''} in {target_dir}")
     t0 = time.monotonic()
-    cmd = ["cargo", "test", "--release", "--locked", "--target", TARGET, "--target-dir", str(target_dir)]
-    for t in tests:
-        cmd += ["--test", t]
-    cmd += ["--no-run", "--message-format=json"]
+    if tests:
+        cmd = ["cargo", "test", "--release", "--locked", "--target", TARGET, "--target-dir", str(target_dir)]
+        for t in tests:
+            cmd += ["--test", t]
+        cmd += ["--no-run", "--message-format=json"]
+    else:  # the binary alone
+        cmd = ["cargo", "build", "--release", "--locked", "--target", TARGET, "--target-dir", str(target_dir),
+               "--bin", "tsc-rendezvous", "--message-format=json"]
     env = dict(os.environ, RUSTFLAGS="-C target-feature=+crt-static")
     with open(stage / "build.json", "wb") as out:
         r = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out)

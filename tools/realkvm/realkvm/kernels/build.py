@@ -205,7 +205,7 @@ def run(argv):
     t_end = time.monotonic()
     config = (b / ".config").read_text().splitlines()
     info = {
-        "origin": origin, "kernel_release": rel, "kvm": kvm, "jobs": jobs, "cpus": os.cpu_count(),
+        "origin": origin, "source_dir": str(source), "kernel_release": rel, "kvm": kvm, "jobs": jobs, "cpus": os.cpu_count(),
         "config_options": sum(1 for ln in config if ln.endswith(("=y", "=m"))),
         "bzimage_bytes": (out / "bzImage").stat().st_size,
         "deps_seconds": round(t_deps - t_start), "source_seconds": round(t_src - t_deps),
