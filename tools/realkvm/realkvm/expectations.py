@@ -27,7 +27,8 @@ import sys
 import xml.etree.ElementTree as ET
 
 from . import frequency_expectations as freq
-from . import machines
+from . import machines, rederive
+from . import variants as vdata
 from .errors import Fail
 
 # Linux 5.10 (commit 0c899c25): guest IA32_TSC writes are no longer snapped to one
@@ -74,6 +75,17 @@ CHECK7_UNDECIDED_CLOCK = "the clock shift could not be judged"
 # What check 5's control may end with on real KVM (it needs the exact offsets' move).
 WARP_CONTROL_OUTCOMES = ("seen", "unresolved")
 SHORT = {"PASS": "PASS", "FAIL": "FAIL", "SKIP": "SKIP", "UNDECIDED": "UNDEC"}
+
+
+_STOCK = {}
+
+
+def stock_declared():
+    """{check number: verdicts} an unpatched KVM must give, as variants/stock.patch
+    declares them (the kernel-variants' base: every variant builds on it)."""
+    if not _STOCK:
+        _STOCK.update(vdata.load(only=[vdata.STOCK]).expected(vdata.STOCK))
+    return dict(_STOCK)
 
 
 def read_kv(path):
@@ -231,6 +243,13 @@ class Kernel:
         if res.get("debugfs_mounted") != "yes":
             self.fail("environment", "debugfs", "debugfs is not mounted at /sys/kernel/debug in the guest")
 
+    def declared_for(self, number):
+        """The verdicts check `number` must give on this kernel: stock.patch's, with
+        the version gates of what older kernels lack (check 7 SKIPs before 5.16)."""
+        if number == 7 and not self.has_offset_attr():
+            return frozenset({"SKIP"})
+        return stock_declared().get(number)
+
     def version(self):
         m = re.match(r"(\d+)\.(\d+)", self.release)
         return (int(m.group(1)), int(m.group(2))) if m else None
@@ -302,6 +321,13 @@ class Kernel:
             self.verdicts[number] = verdict
             if c.get("number") != number:
                 self.fail(name, verdict, f"numbered {c.get('number')} in check.json")
+            allowed = self.declared_for(number)
+            if allowed is not None and verdict not in allowed:
+                self.fail(name, verdict, f"an unpatched KVM must give {'|'.join(sorted(allowed))} "
+                          f"(tools/realkvm/variants/stock.patch): {reason}")
+            numbers = rederive.allowed(number, c.get("values"))
+            if numbers is not None and verdict not in numbers:
+                self.fail(name, verdict, f"its numbers allow only {'|'.join(sorted(numbers))} (realkvm/rederive.py): {reason}")
             if number <= 4:
                 if cid == "writes-honoured" and verdict == "UNDECIDED" and "cannot tell" in reason:
                     # Its later read decides only when its brackets are tighter
@@ -386,42 +412,32 @@ class Kernel:
                   f"judged (clocksource tsc): {reason}")
 
     def judge_kvmclock(self, name, verdict, reason, vals):
-        """Check 8 on real KVM: one record per vCPU, and the verdict is the one its own
-        numbers give (any jump within 5 % of the move: FAIL; every jump within 5 % of 0:
-        PASS; else UNDECIDED); the control is reported."""
+        """Check 8 on real KVM: one record per vCPU for the IA32_TSC write and for the
+        TSC_ADJUST control, each advance and elapsed time consistent with the jump
+        reported. The verdict is held to the declaration and to what the numbers allow
+        (judge_check); here only the records' completeness and the control: a guest
+        TSC_ADJUST write requests a clock update (d9130a2dfdd4, in every kernel of the
+        matrix), so on an unpatched KVM the control's kvmclock must not follow its move."""
         writes = vals.get("tsc_write") or []
+        control = vals.get("adjust_write") or []
         n = self.vcpus or 2
-        if len(writes) != n:
-            self.fail(name, verdict, f"expected {n} vCPUs' IA32_TSC write records, got {len(writes)}")
+        if len(writes) != n or len(control) != n:
+            self.fail(name, verdict, f"expected {n} vCPUs' IA32_TSC and TSC_ADJUST write records, got "
+                      f"{len(writes)} and {len(control)}")
             return
-        tol = vals.get("tolerance_fraction", 0.05)
-
-        def kind(w):
-            jump, moved = w.get("jump_ns"), w.get("tsc_moved_ns")
-            if jump is None or not moved:
-                return "unknown"
-            if abs(jump) <= tol * abs(moved):
-                return "continuous"
-            if abs(jump - moved) <= tol * abs(moved):
-                return "followed"
-            return "other"
-
-        kinds = [kind(w) for w in writes]
-        want = ("FAIL" if "followed" in kinds else
-                "PASS" if all(k == "continuous" for k in kinds) else "UNDECIDED")
-        if "unknown" in kinds:
-            self.fail(name, verdict, f"the write did not move the TSC by the exact offsets on real KVM: {kinds}")
-        if verdict != want:
-            self.fail(name, verdict, f"its numbers say {want} ({kinds}): {reason}")
-        control = [kind(w) for w in vals.get("adjust_write") or []]
-        # A guest TSC_ADJUST write requests a clock update (KVM, 2021, in every
-        # kernel of the matrix): the control must run on, or the measurement
-        # order is wrong (run after the IA32_TSC write, it would see that
-        # write's stale page corrected).
-        if len(control) != n or any(k != "continuous" for k in control):
-            self.fail(name, verdict, f"the TSC_ADJUST control must run on every vCPU: {control}")
-        self.note(f"check 8: IA32_TSC writes {kinds}, versions "
-                  f"{[w.get('version') for w in writes]}; TSC_ADJUST control {control}")
+        for w in writes + control:
+            adv, el, jump = w.get("kvmclock_advance_ns"), w.get("elapsed_ns"), w.get("jump_ns")
+            if None in (adv, el, jump) or abs(jump - (adv - el)) > 1.0 or not w.get("tsc_moved_ns"):
+                self.fail(name, verdict, f"a record without a move of the TSC or with a jump that is not its advance "
+                          f"minus the time that passed: {json.dumps(w)}")
+                return
+        followed = [w.get("vcpu") for w in control if rederive._followed(w)]
+        if followed:
+            self.fail(name, verdict, f"the TSC_ADJUST control's kvmclock followed the TSC on vCPU(s) {followed}: "
+                      "that write requests a clock update on every kernel of the matrix")
+        self.note(f"check 8: IA32_TSC writes' kvmclock followed the TSC on vCPU(s) "
+                  f"{[w.get('vcpu') for w in writes if rederive._followed(w)]}, versions "
+                  f"{[w.get('version') for w in writes]}; the TSC_ADJUST control ran on")
 
     def judge_master_clock(self, name, verdict, reason, vals, pairs_of=None):
         """Check 9 on real KVM: every ordered pair measured, and the verdict the flags and

@@ -66,8 +66,9 @@ Options:
                      whose vendor its Machines line names
   --variants LIST    only these variants (and their bases; default: every one)
   --dir DIR          the variants' directory (default tools/realkvm/variants)
-  --smp N, --vcpus N emulated CPUs and vCPUs (default 2; a machine that boots
-                     fewer gets what it boots)
+  --smp N, --vcpus N vCPUs of check and restore, and emulated CPUs (default 2; a
+                     machine that boots fewer CPUs gets what it boots, and KVM runs
+                     the vCPUs there in turn)
   --boot-timeout S   limit of each boot (default 300 + 120 per variant, times the
                      machine's time_scale)
   --step-timeout S   limit of each step inside (default 180, times the time_scale)
@@ -210,7 +211,8 @@ def run(argv):
             scale = max(1, (cpus + 1) // 2) * max(1, spec.time_scale)
             bt = timeouts.get("boot_timeout") or (300 + 120 * len(todo)) * scale
             st = timeouts.get("step_timeout") or 180 * scale
-            values = {"bin": GUEST_BIN, "vcpus": str(cpus), "out": "/out",
+            # The checks need two vCPUs or more; a machine with fewer CPUs runs them in turn.
+            values = {"bin": GUEST_BIN, "vcpus": str(smp), "out": "/out",
                       "variants": [{"variant": name, "root_module": spec.kvm_module, "root_ko": root_ko} for name in todo]}
             steps = stage / f"steps-{mname}-{n}.sh"
             steps.write_text(the_run.steps_file(values, st))
@@ -260,7 +262,7 @@ def run(argv):
             (mdir / culprit).mkdir(exist_ok=True)
             (mdir / culprit / "wedged.txt").write_text(f"boot {n} (exit {rc}) ended while this variant's modules were in use\n")
             todo = [x for x in rest if x != culprit]
-        (mdir / "machine.txt").write_text(f"machine={mname}\nvendor={spec.vendor}\ncpus={cpus}\nrelease={base.release}\n"
+        (mdir / "machine.txt").write_text(f"machine={mname}\nvendor={spec.vendor}\ncpus={cpus}\nvcpus={smp}\nrelease={base.release}\n"
                                           f"wedged={' '.join(wedged)}\n")
     print()
     rc = variant_judge.main([str(art), *[m for m in names if (art / m / "machine.txt").exists()], "--dir", str(vdir),

@@ -9,7 +9,7 @@ import unittest
 from pathlib import Path
 
 import support  # noqa: F401
-from realkvm import expectations, machines
+from realkvm import expectations, machines, rederive
 
 
 def kernel(rel, machine=None):
@@ -66,6 +66,48 @@ class ByMachine(unittest.TestCase):
         summary = json.loads((art / "summary.json").read_text())
         self.assertEqual((summary[0]["kernel"], summary[0]["machine"]), ("bookworm", "qemu-svm"))
         self.assertIn("the boot timed out", (art / "failures.txt").read_text())
+
+
+def write(vcpu, moved_ns, jump_ns):
+    return {"vcpu": vcpu, "tsc_moved_ns": moved_ns, "elapsed_ns": 1e5, "kvmclock_advance_ns": 1e5 + jump_ns, "jump_ns": jump_ns}
+
+
+class Declared(unittest.TestCase):
+    def test_an_unpatched_kvm_must_fail_check_8_and_skip_check_7_before_5_16(self):
+        self.assertEqual(kernel("6.12.0").declared_for(8), {"FAIL"})
+        self.assertEqual(kernel("6.1.0").declared_for(1), {"PASS"})
+        self.assertEqual(kernel("5.10.0").declared_for(7), {"SKIP"})
+        self.assertNotIn("SKIP", kernel("6.1.0").declared_for(7))
+
+    def test_the_numbers_decide_what_they_can(self):
+        stale, fresh = write(0, 4e9, 4e9 - 300), write(0, 4e9, 120)
+        self.assertEqual(rederive.allowed(8, {"tsc_write": [stale, fresh]}), {"FAIL"})
+        self.assertIsNone(rederive.allowed(8, {"tsc_write": [fresh], "adjust_write": [fresh]}), "the tool's bound decides")
+        self.assertEqual(rederive.allowed(8, {"tsc_write": [fresh], "adjust_write": [stale]}), {"FAIL"}, "the control counts")
+        self.assertEqual(rederive.allowed(1, {"offsets": [5, 5], "tsc_khz": [1, 1]}), {"PASS"})
+        self.assertEqual(rederive.allowed(1, {"offsets": [5, 6], "tsc_khz": [1, 1]}), {"FAIL"})
+        self.assertIsNone(rederive.allowed(1, {"offsets": [None, None], "tsc_khz": [1, 1]}), "unknown offsets decide nothing")
+        self.assertEqual(rederive.allowed(3, {"comparisons": 40, "mismatches": 1}), {"FAIL"})
+        self.assertIsNone(rederive.allowed(3, {"comparisons": 0, "mismatches": 0}))
+        inside = {"guest_lower_cycles": -10, "guest_upper_cycles": 10, "exact_offset_cycles": 3}
+        outside = {**inside, "exact_offset_cycles": 11}
+        self.assertEqual(rederive.allowed(5, {"pairs": [inside, outside]}), {"FAIL"})
+        self.assertNotIn("FAIL", rederive.allowed(5, {"pairs": [inside]}))
+        apart = {"after_rounds": {"tsc_stable": True, "pairs": [{"lower_ns": 5, "upper_ns": 9}]}}
+        self.assertEqual(rederive.allowed(9, apart), {"FAIL"})
+        self.assertIsNone(rederive.allowed(9, {"after_rounds": {"tsc_stable": False, "pairs": []}}))
+
+    def test_check_8s_control_may_not_follow_the_tsc_on_an_unpatched_kvm(self):
+        k = kernel("6.12.0")
+        k.vcpus = 2
+        k.judge_kvmclock("check 8", "FAIL", "r", {"tsc_write": [write(0, 4e9, 4e9), write(1, 4e9, 4e9)],
+                                                 "adjust_write": [write(0, 4e9, 50), write(1, 4e9, 4e9)]})
+        self.assertEqual(len(k.failures), 1)
+        self.assertIn("control's kvmclock followed the TSC on vCPU(s) [1]", k.failures[0])
+        k = kernel("6.12.0")
+        k.vcpus = 2
+        k.judge_kvmclock("check 8", "FAIL", "r", {"tsc_write": [write(0, 4e9, 4e9)], "adjust_write": []})
+        self.assertIn("expected 2 vCPUs' IA32_TSC and TSC_ADJUST write records", k.failures[0])
 
 
 if __name__ == "__main__":
