@@ -120,6 +120,15 @@ class Parse(unittest.TestCase):
             self.assertIn(n, declared_fails, f"no mutant declares check {n} FAIL")
 
 
+    def test_the_patch_in_docs_is_the_fix_variants_diff(self):
+        """docs/kvmclock-fix.patch (for a kernel developer to send) carries the very diff the
+        variants' fix builds and the matrix proves."""
+        fix = vdata.load(only=["fix-tsc-write-clock-update"])["fix-tsc-write-clock-update"]
+        doc = (support.REPO / "docs" / "kvmclock-fix.patch").read_text()
+        self.assertIn("Fixes: 0c899c25d754", doc)
+        self.assertEqual(doc[doc.index("diff --git "):], fix.diff[fix.diff.index("diff --git "):])
+
+
 class RunnerGroups(unittest.TestCase):
     def test_each_group_swaps_its_modules_and_a_failed_swap_blocks_its_steps(self):
         d = Path(tempfile.mkdtemp(prefix="realkvm-groups."))
