@@ -169,7 +169,9 @@ pub fn control_delta(test: &Handoff) -> u64 {
 /// through KVM_VCPU_TSC_OFFSET where KVM has it, else (or when that did not
 /// move it) through a guest TSC_ADJUST write where the guest has one, and
 /// runs the test again once a move took effect (or cannot be checked, for
-/// want of exact offsets). What did not move is said.
+/// want of exact offsets). Moves KVM accepted without moving the exact
+/// offset are [`Control::Unmoved`], saying which; no way to try one is
+/// [`Control::Impossible`].
 fn control(s: &mut Session, test: &Handoff, after: &[TscState]) -> Result<Control, RunError> {
     let v = s.vcpus() - 1;
     let delta = control_delta(test);
@@ -226,11 +228,13 @@ fn control(s: &mut Session, test: &Handoff, after: &[TscState]) -> Result<Contro
         });
     }
     if tried.is_empty() {
-        tried.push(
-            "this KVM has no KVM_VCPU_TSC_OFFSET and the guest no IA32_TSC_ADJUST".to_string(),
-        );
+        return Ok(Control::Impossible(
+            "this KVM has no KVM_VCPU_TSC_OFFSET and the guest no IA32_TSC_ADJUST (or no exact \
+             offset to move from)"
+                .to_string(),
+        ));
     }
-    Ok(Control::Impossible(tried.join("; ")))
+    Ok(Control::Unmoved(tried.join("; ")))
 }
 
 #[cfg(test)]
