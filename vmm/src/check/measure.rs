@@ -88,9 +88,10 @@ fn clock_writes(s: &mut Session, msr: u32, delta: u64) -> Result<ClockWrites, Ru
     })
 }
 
-/// The size of the continuity test's writes: 4 s of TSC cycles (so that the
-/// 5 % tolerance, 200 ms, exceeds the largest legitimate re-anchoring of a
-/// kvmclock page: 500 ppm of NTP slew over KVM's 300 s sync period).
+/// The size of the continuity test's writes: 4 s of TSC cycles, far beyond
+/// any allowance of a kvmclock that ran on (check 8 derives it per write:
+/// rounding, the page's rate, NTP over the page's age), so that following
+/// the TSC and running on cannot read alike.
 pub fn continuity_delta(tsc_khz: Option<u32>) -> u64 {
     u64::from(tsc_khz.unwrap_or(1_000_000)).saturating_mul(4_000)
 }
