@@ -108,6 +108,15 @@ impl RunError {
         }
     }
 
+    /// What the watchdog found, when the run ended because its deadline
+    /// passed (a time limit of the tool's, not evidence about KVM).
+    pub fn stall(&self) -> Option<&Stall> {
+        match self {
+            RunError::Timeout(s) | RunError::Pool(PoolError::Timeout(s)) => Some(s),
+            _ => None,
+        }
+    }
+
     /// The error a stop request gives in `round`.
     pub fn interrupted(signal: i32, round: u32) -> RunError {
         RunError::Interrupted {

@@ -10,6 +10,11 @@ use std::time::Duration;
 /// adjustment (MAX_TICKADJ, 500 us/s).
 pub const NTP_MAX_PPM: u64 = 1_000;
 
+/// The skew Linux's clocksource watchdog lets pass (`WATCHDOG_MAX_SKEW`,
+/// 100 to 125 us depending on the version), ns: the floor a bound must be
+/// within when nothing measured says what it must exclude.
+pub const WATCHDOG_MAX_SKEW_NS: u64 = 100_000;
+
 /// A cycle count in nanoseconds at `tsc_khz`.
 pub fn cycles_to_ns(cycles: f64, tsc_khz: u32) -> f64 {
     cycles * 1_000_000.0 / f64::from(tsc_khz)

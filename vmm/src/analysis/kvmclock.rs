@@ -36,11 +36,7 @@ pub fn apply(result: &mut RoundResult, clock: &[ClockRecord], records: &[RoundRe
     if vcpus.is_empty() {
         return;
     }
-    let jump_ns = vcpus
-        .iter()
-        .filter_map(|j| j.jump_ns)
-        .max_by(|a, b| a.abs().total_cmp(&b.abs()));
-    result.kvmclock = Some(KvmclockRound { jump_ns, vcpus });
+    result.kvmclock = Some(KvmclockRound::of(vcpus));
 }
 
 #[cfg(test)]
@@ -53,8 +49,10 @@ mod tests {
     const KHZ: u32 = 1_000_000; // 1 GHz: a cycle is a ns.
 
     /// A record of a write that moved the TSC by `moved`, `elapsed` cycles
-    /// passing between the readings and kvmclock advancing by `advance`.
-    fn record(round: u32, written: u64, advance: u64, elapsed: u64, moved: i64) -> ClockRecord {
+    /// passing between the readings and kvmclock advancing by `advance`
+    /// (negative: it went back), on a page at 1 GHz anchored at TSC 0, a
+    /// second before.
+    fn record(round: u32, written: u64, advance: i64, elapsed: u64, moved: i64) -> ClockRecord {
         ClockRecord {
             magic: CLOCK_MAGIC,
             tag: round,
@@ -62,10 +60,13 @@ mod tests {
             version_before: 4,
             version_after: 6,
             written,
-            tsc_before: 1_000,
-            tsc_after: (1_000 + elapsed).wrapping_add_signed(moved),
+            mul_before: 1 << 31,
+            mul_after: 1 << 31,
+            shifts: 1 | (1 << 8),
+            tsc_before: 1_000_000_000,
+            tsc_after: (1_000_000_000 + elapsed).wrapping_add_signed(moved),
             kvmclock_before: 50_000,
-            kvmclock_after: 50_000 + advance,
+            kvmclock_after: 50_000u64.wrapping_add_signed(advance),
             ..ClockRecord::default()
         }
     }
@@ -128,9 +129,63 @@ mod tests {
         // Without the move the time that passed is unknown.
         let j = across_write(1, &record(0, 9, 2_300, 2_000, 4_000_000), None, KHZ);
         assert_eq!((j.elapsed_ns, j.jump_ns), (None, None));
-        // A backwards write: the TSC moved by -4 ms, kvmclock followed it.
+        // A backwards write: the TSC moved by -4,000 ns while 2,000 ns
+        // passed, and kvmclock followed it: it went back by 2,000 ns, so
+        // the jump is the move. (The old case had kvmclock stand still,
+        // advance 0, a jump of -2,000: not a follow.)
+        let j = across_write(0, &record(0, 9, -2_000, 2_000, -4_000), Some(-4_000), KHZ);
+        assert_eq!(j.kvmclock_advance_ns, -2_000);
+        assert_eq!(j.jump_ns, Some(-4_000.0));
+        assert_eq!(j.jump_ns, j.tsc_moved_ns, "kvmclock followed the TSC back");
+        assert!(!j.kvmclock_wrapped);
+        // A kvmclock that stood still across it is neither continuous nor
+        // a follow: its jump is half the move.
         let j = across_write(0, &record(0, 9, 0, 2_000, -4_000), Some(-4_000), KHZ);
         assert_eq!(j.jump_ns, Some(-2_000.0));
+    }
+
+    /// A backwards write larger than the page's age: the TSC after it lies
+    /// below the page's tsc_timestamp, the guest's unsigned arithmetic
+    /// wraps and kvmclock leaps by about 10^18 ns. The jump is flagged and
+    /// kept out of the round's largest jump (what the run's statistics
+    /// summarise), and the round names the vCPU.
+    #[test]
+    fn a_reading_that_wrapped_is_flagged_and_kept_out_of_the_largest_jump() {
+        use tsc_sync::pvclock::kvmclock_at as pvclock_at;
+        let page = |ts: u64| (ts, 50_000u64, 1u32 << 31, 1i8);
+        // The page was anchored at TSC 1,000,000 (kvmclock 50,000 ns); the
+        // TSC was 1,002,000 before the write, which moved it back by
+        // 10,000,000 cycles: 2,000 cycles of age, a move far larger.
+        let (ts, st, mul, shift) = page(1_000_000);
+        let (t1, t2) = (
+            1_002_000u64,
+            (1_002_000u64 + 1_000).wrapping_sub(10_000_000),
+        );
+        let mut wrapped = record(3, 77, 0, 1_000, -10_000_000);
+        wrapped.tsc_before = t1;
+        wrapped.tsc_after = t2;
+        wrapped.tsc_timestamp_before = ts;
+        wrapped.tsc_timestamp_after = ts;
+        wrapped.system_time_before = st;
+        wrapped.system_time_after = st;
+        wrapped.version_after = wrapped.version_before;
+        wrapped.kvmclock_before = pvclock_at(t1, ts, st, mul, shift);
+        wrapped.kvmclock_after = pvclock_at(t2, ts, st, mul, shift);
+        let j = across_write(1, &wrapped, Some(-10_000_000), KHZ);
+        assert!(j.kvmclock_wrapped, "{j:?}");
+        let leap = j.jump_ns.expect("a jump").abs();
+        assert!(leap > 1e17, "the guest's kvmclock leapt by {leap} ns");
+        let mut r = round_with(Some(-10_000_000), 77);
+        let n = r.vcpus.len();
+        let mut clock = vec![record(3, 77, 2_000, 2_000, -10_000_000); n];
+        clock[1] = wrapped;
+        apply(&mut r, &clock, &records(n, 0));
+        let k = r.kvmclock.as_ref().expect("findings");
+        assert_eq!(k.wrapped, [1]);
+        // The largest jump kept is vCPU 0's own (its kvmclock ran on);
+        // the wrapped one is not in it.
+        assert_eq!(k.jump_ns, k.vcpus[0].jump_ns);
+        assert!(k.jump_ns.is_some_and(|x| x.abs() < 1e9), "{k:?}");
     }
 
     #[test]

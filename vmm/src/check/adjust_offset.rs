@@ -46,16 +46,31 @@ pub fn judge(t: &RoundTally, exact: bool, flavor: KvmFlavor) -> Finding {
              tsc-offset files could not be read (mount debugfs and run as root to read them)",
         );
     }
-    let total = t.vcpu_rounds;
+    let total = t.vcpu_rounds.saturating_sub(t.offsets_unread);
     let mut f = Finding::skip("no rounds ran")
         .with("comparisons", total)
         .with("mismatches", t.mismatches)
         .with("offsets_unmoved", t.offsets_unmoved)
+        .with("offsets_unread", t.offsets_unread)
         .with("vcpu_rounds_with_a_write", t.wrote);
-    if total == 0 {
+    if t.vcpu_rounds == 0 {
         return f;
     }
     let Some(first) = t.first_mismatch else {
+        if t.offsets_unread > 0 {
+            // An offset not read is no evidence of a delta that differs,
+            // nor of one that matches.
+            f.set(
+                Verdict::Undecided,
+                format!(
+                    "the offset of {} of {} vCPU-rounds could not be read ({}), so their deltas                      were not compared; the {total} compared are equal",
+                    t.offsets_unread,
+                    t.vcpu_rounds,
+                    unread_example(t)
+                ),
+            );
+            return f;
+        }
         if t.wrote == 0 {
             // Unmoved offsets and an unmoved TSC_ADJUST are equal whatever
             // KVM does with a write: without one there is nothing to judge.
@@ -83,6 +98,14 @@ pub fn judge(t: &RoundTally, exact: bool, flavor: KvmFlavor) -> Finding {
         json!({"round": first.round, "vcpu": first.vcpu, "tsc_adjust_delta": first.tsc_adjust_delta,
                "offset_delta": first.offset_delta}),
     );
+    let unread = if t.offsets_unread > 0 {
+        format!(
+            "; {} more vCPU-rounds not compared (offset not read)",
+            t.offsets_unread
+        )
+    } else {
+        String::new()
+    };
     let what = if t.offsets_unmoved == t.mismatches {
         "the offsets did not move although TSC_ADJUST recorded every write: the writes were ignored"
     } else if t.offsets_unmoved == 0 {
@@ -94,7 +117,7 @@ pub fn judge(t: &RoundTally, exact: bool, flavor: KvmFlavor) -> Finding {
         Verdict::Fail,
         format!(
             "{} of {total} deltas differ: {what}, e.g. round {} vCPU {}: offset moved by {}, \
-             TSC_ADJUST by {}{}",
+             TSC_ADJUST by {}{unread}{}",
             t.mismatches,
             first.round,
             first.vcpu,
@@ -106,6 +129,14 @@ pub fn judge(t: &RoundTally, exact: bool, flavor: KvmFlavor) -> Finding {
         ),
     );
     f
+}
+
+/// The first vCPU-round whose offset was not read, in words.
+fn unread_example(t: &RoundTally) -> String {
+    t.first_unread.map_or_else(
+        || "which is not recorded".into(),
+        |(round, vcpu)| format!("first round {round} vCPU {vcpu}"),
+    )
 }
 
 #[cfg(test)]
@@ -200,6 +231,49 @@ mod tests {
             KvmFlavor::Vmx,
         );
         assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+    }
+
+    /// An offset read that failed leaves its delta unknown: not a
+    /// mismatch, so no FAIL from it; a real mismatch beside it still fails.
+    #[test]
+    fn an_offset_not_read_is_no_evidence() {
+        let rounds = [
+            round(
+                vec![vcpu(0, -400, Some(-400), None), vcpu(1, -300, None, None)],
+                Some(true),
+                100,
+            ),
+            round(
+                vec![
+                    vcpu(0, -200, Some(-200), None),
+                    vcpu(1, -100, Some(-100), None),
+                ],
+                Some(true),
+                100,
+            ),
+        ];
+        let f = judge(&RoundTally::of(&rounds), true, KvmFlavor::Vmx);
+        assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
+        assert!(
+            f.reason.starts_with(
+                "the offset of 1 of 4 vCPU-rounds could not be read (first round 0 vCPU 1)"
+            ),
+            "{}",
+            f.reason
+        );
+        assert_eq!(f.values["comparisons"], 3);
+        assert_eq!(f.values["mismatches"], 0);
+        assert_eq!(f.values["offsets_unread"], 1);
+        let mut with_mismatch = rounds.clone();
+        with_mismatch[1].vcpus[1].offset_delta = Some(-99);
+        let f = judge(&RoundTally::of(&with_mismatch), true, KvmFlavor::Vmx);
+        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+        assert!(f.reason.starts_with("1 of 3 deltas differ"), "{}", f.reason);
+        assert!(
+            f.reason.contains("1 more vCPU-rounds not compared"),
+            "{}",
+            f.reason
+        );
     }
 
     #[test]

@@ -70,7 +70,13 @@ pub enum Control {
         /// Every vCPU's TSC state right after it.
         after: Vec<TscState>,
     },
-    /// No way to move a TSC on this host: what was tried and what it did.
+    /// A move was asked for (KVM_VCPU_TSC_OFFSET set, a guest TSC_ADJUST
+    /// write: KVM accepted it) and the vCPU's exact offset did not move:
+    /// what was tried, in words. The exact offsets were shown not to
+    /// respond, so their agreement with the guest's view shows nothing.
+    Unmoved(String),
+    /// No way to move a TSC was available (no KVM_VCPU_TSC_OFFSET, no
+    /// guest IA32_TSC_ADJUST, no exact offset to move from): why.
     Impossible(String),
 }
 

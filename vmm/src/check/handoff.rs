@@ -14,7 +14,9 @@
 //!   offset, every bound within the larger of the exact skew and the floor
 //!   ([`FLOOR_NS`]), and the control seen where one was possible.
 //! - UNDECIDED otherwise, with the numbers: no exact offsets, a pair not
-//!   exercised, a bound too wide, a control the test could not resolve.
+//!   exercised, a bound too wide, a control the test could not resolve, or
+//!   a control KVM accepted that did not move the exact offset (offsets
+//!   that do not respond are not evidence of what the guest sees).
 
 use serde::Serialize;
 use serde_json::json;
@@ -160,6 +162,9 @@ pub enum ControlOutcome {
     Unresolved,
     /// The guest saw a change KVM's offsets contradict.
     Contradicted,
+    /// A move was asked for and KVM accepted it, but the exact offset did
+    /// not move (why is in the text): the exact offsets do not respond.
+    Unmoved,
     /// No control was possible on this host (why is in the text).
     Impossible,
     /// The move was made, but without exact offsets nothing tells whether
@@ -174,6 +179,14 @@ fn control_outcome(
     floor: u64,
 ) -> (ControlOutcome, String, serde_json::Value) {
     let (vcpu, delta, how, exact_change, test, after) = match control {
+        Control::Unmoved(why) => {
+            let v = json!({ "outcome": ControlOutcome::Unmoved, "why": why });
+            return (
+                ControlOutcome::Unmoved,
+                format!("the exact offsets did not respond to the control: {why}"),
+                v,
+            );
+        }
         Control::Impossible(why) => {
             let v = json!({ "outcome": ControlOutcome::Impossible, "why": why });
             return (
@@ -313,6 +326,20 @@ pub fn judge(vcpus: u32, ev: &HandoffEvidence, source: OffsetSource, floor: u64)
                 n(bound),
                 n(skew),
                 n(floor)
+            ),
+        );
+        return f;
+    }
+    if control == ControlOutcome::Unmoved {
+        f.set(
+            Verdict::Undecided,
+            format!(
+                "every pair agrees with the exact offsets ({}) within ±{}, but {control_words}: \
+                 offsets that do not follow a move KVM accepted are not shown to describe the \
+                 TSCs the guest reads, so their agreement with its view shows nothing; worst \
+                 {worst_text}",
+                source.short(),
+                n(bound)
             ),
         );
         return f;

@@ -61,7 +61,17 @@ fn ev(t: Handoff, after: Vec<TscState>, control: Control) -> HandoffEvidence {
 }
 
 fn impossible() -> Control {
-    Control::Impossible("the offsets did not move".into())
+    Control::Impossible("this KVM has no KVM_VCPU_TSC_OFFSET".into())
+}
+
+/// Both ways of moving vCPU 1 were accepted and its exact offset stayed
+/// (as PVM does).
+fn unmoved() -> Control {
+    Control::Unmoved(
+        "KVM_VCPU_TSC_OFFSET asked vCPU 1 to move by 5,409,600 cycles and its exact offset \
+         did not move"
+            .into(),
+    )
 }
 
 /// The control moved vCPU 1 by `delta`; the guest saw the new offset
@@ -196,11 +206,32 @@ fn a_missing_control_is_said_and_does_not_stop_a_pass() {
     assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
     assert!(
         f.reason
-            .contains("no control possible: the offsets did not move"),
+            .contains("no control possible: this KVM has no KVM_VCPU_TSC_OFFSET"),
         "{}",
         f.reason
     );
     assert_eq!(f.values["control"]["outcome"], "impossible");
+}
+
+/// A move KVM accepted that left the exact offset where it was: the exact
+/// offsets were shown not to respond, so a tight agreement with them is no
+/// evidence of what the guest sees (the old judge passed it).
+#[test]
+fn a_control_the_exact_offsets_ignored_is_undecided() {
+    let f = judge(2, &ev(test(0, 300), states(0), unmoved()), SRC, FLOOR);
+    assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
+    assert!(
+        f.reason.contains(
+            "the exact offsets did not respond to the control: KVM_VCPU_TSC_OFFSET asked vCPU 1"
+        ),
+        "{}",
+        f.reason
+    );
+    assert!(f.reason.contains("within ±300"), "{}", f.reason);
+    assert_eq!(f.values["control"]["outcome"], "unmoved");
+    // What the guest saw against them still fails when they contradict it.
+    let f = judge(2, &ev(test(9_000, 300), states(0), unmoved()), SRC, FLOOR);
+    assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
 }
 
 #[test]

@@ -9,7 +9,7 @@ use crate::host::KvmFlavor;
 /// skew Linux's clocksource watchdog lets pass (`WATCHDOG_MAX_SKEW`, 100 to
 /// 125 us depending on the version). A guest that resolves every pair's
 /// offset to within it sees every skew Linux would act on.
-pub const FLOOR_NS: u64 = 100_000;
+pub const FLOOR_NS: u64 = crate::units::WATCHDOG_MAX_SKEW_NS;
 
 /// The hypervisor's name as context for a finding (never as its reason):
 /// ` (host: PVM)`.

@@ -11,12 +11,19 @@
 //! TSC_ADJUST write of the same size is the control (KVM requests a clock
 //! update on that write).
 //!
-//! The bound: a page KVM re-anchors may legitimately move kvmclock by the
-//! host clock's drift against the TSC since the page's last update, at most
-//! NTP's 500 ppm over KVM's 300 s sync period (150 ms). The tolerance is 5 %
-//! of the write's move (200 ms for 4 s): PASS when every jump is within it of
-//! 0, FAIL when one is within it of the move itself (kvmclock followed the
-//! TSC), UNDECIDED otherwise or without what it needs.
+//! The tolerance is derived from what was measured, per write
+//! ([`crate::analysis::clock_jump`]): the time that passed is exact (the
+//! guest's TSC reads less the exact offsets' move), so a kvmclock that ran
+//! on may stray only by the readings' rounding, the page's rate against the
+//! TSC frequency, and, where KVM rewrote the page, the re-anchoring (NTP's
+//! 1000 ppm over the page's age): microseconds here, so a jump of a
+//! millisecond is seen. PASS when every jump is within its allowance of 0;
+//! FAIL when one is within its allowance of the move (kvmclock followed the
+//! TSC: a stale page), when a reading wrapped (the TSC fell below its page's
+//! tsc_timestamp), or when one jumped beyond its allowance either way;
+//! UNDECIDED without what it needs (no exact offsets, a write that did not
+//! move the TSC, an unknown TSC frequency, a page never written, a move
+//! within the allowance), saying which.
 
 use super::evidence::{Check, ClockWrites, Context, Evidence};
 use super::judge::context;
@@ -82,33 +89,76 @@ pub fn seen(w: &ClockWrites, khz: u32) -> Vec<WriteSeen> {
 /// How a write's kvmclock jump reads against the write's move.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// Within the tolerance of 0.
+    /// Within its allowance of 0.
     Continuous,
-    /// Within the tolerance of the move: kvmclock followed the TSC.
+    /// Within its allowance of the move: kvmclock followed the TSC.
     Followed,
-    /// Neither.
-    Other,
-    /// Nothing to judge (no exact offsets, or the TSC did not move).
+    /// A reading wrapped: the TSC fell below its page's tsc_timestamp.
+    Wrapped,
+    /// Beyond its allowance of both: kvmclock jumped.
+    Jumped,
+    /// The move within the allowances: running on and following read
+    /// alike.
+    Unresolved,
+    /// Nothing to judge (no exact offsets, no move, no frequency, a page
+    /// never written).
     Unknown,
 }
 
-/// The tolerance: 5 % of the move.
-const TOLERANCE: f64 = 0.05;
-
 fn kind(s: &WriteSeen) -> Kind {
-    let (Some(jump), Some(moved)) = (s.jump_ns, s.tsc_moved_ns) else {
+    if s.kvmclock_wrapped {
+        return Kind::Wrapped;
+    }
+    let (Some(jump), Some(moved), Some(allow), Some(follow)) = (
+        s.jump_ns,
+        s.tsc_moved_ns,
+        s.allowance_ns,
+        s.follow_allowance_ns,
+    ) else {
         return Kind::Unknown;
     };
     if moved == 0.0 {
         return Kind::Unknown;
     }
-    let tol = TOLERANCE * moved.abs();
-    if jump.abs() <= tol {
+    if moved.abs() <= allow + follow {
+        Kind::Unresolved
+    } else if jump.abs() <= allow {
         Kind::Continuous
-    } else if (jump - moved).abs() <= tol {
+    } else if (jump - moved).abs() <= follow {
         Kind::Followed
     } else {
-        Kind::Other
+        Kind::Jumped
+    }
+}
+
+/// Why a write of kind Unknown or Unresolved decides nothing, in words.
+fn why_unknown(s: &WriteSeen) -> String {
+    match (s.tsc_moved_cycles, s.tsc_moved_ns) {
+        (None, _) => "no exact offsets tell how far the TSC moved".into(),
+        (Some(0), _) => {
+            "the write did not move the TSC (exact offsets unchanged): nothing to follow".into()
+        }
+        (Some(_), None) => format!(
+            "vCPU {}'s TSC frequency is unknown (KVM_GET_TSC_KHZ gave none): its move and the \
+             time between its readings cannot be put in ns",
+            s.vcpu
+        ),
+        (Some(_), Some(m)) if s.allowance_ns.is_none() => format!(
+            "vCPU {}'s pvclock page was never written (multiplier 0): its kvmclock is no clock \
+             to follow the {} ns move",
+            s.vcpu,
+            n(m.round() as i64)
+        ),
+        (Some(_), Some(m)) => format!(
+            "vCPU {}'s move of {} ns is within the allowances ({} ns): a kvmclock that ran on \
+             and one that followed read alike",
+            s.vcpu,
+            n(m.round() as i64),
+            n(
+                (s.allowance_ns.unwrap_or(0.0) + s.follow_allowance_ns.unwrap_or(0.0)).ceil()
+                    as i64
+            )
+        ),
     }
 }
 
@@ -118,30 +168,76 @@ fn words(s: &WriteSeen, what: &str) -> String {
     } else {
         format!("pvclock version {} -> {}", s.version.0, s.version.1)
     };
+    let jump = if s.kvmclock_wrapped {
+        format!(
+            "wrapped (it advanced by {} ns: its TSC fell below its page's tsc_timestamp)",
+            n(s.kvmclock_advance_ns)
+        )
+    } else {
+        format!("jumped by {} ns", n(s.jump_ns.unwrap_or(0.0) as i64))
+    };
+    let allowance = s.allowance_ns.map_or_else(String::new, |a| {
+        format!(
+            ", beyond its allowance of {} ns ({})",
+            n(a.ceil() as i64),
+            allowance_words(s)
+        )
+    });
     format!(
-        "vCPU {}'s kvmclock jumped by {} ns across a guest {what} write that moved its TSC by \
-         {} cycles ({} ns); {version}",
+        "vCPU {}'s kvmclock {jump} across a guest {what} write that moved its TSC by {} cycles \
+         ({} ns){allowance}; {version}",
         s.vcpu,
-        n(s.jump_ns.unwrap_or(0.0) as i64),
         n(s.tsc_moved_cycles.unwrap_or(0)),
         n(s.tsc_moved_ns.unwrap_or(0.0) as i64)
     )
+}
+
+/// What a write's allowance is made of, in words.
+fn allowance_words(s: &WriteSeen) -> String {
+    if s.page_rewritten {
+        format!(
+            "rounding, the page's rate, and its re-anchoring: NTP's 1000 ppm over its age of {} \
+             ns",
+            n(s.page_age_ns)
+        )
+    } else {
+        "rounding and the page's rate; the page was not rewritten".into()
+    }
 }
 
 /// One row of the details.
 fn line(s: &WriteSeen, what: &str) -> String {
     let opt = |v: Option<f64>| v.map_or_else(|| "n/a".into(), |v| n(v.round() as i64));
     format!(
-        "  {:>4} {:>10} {:>16} {:>14} {:>14} {:>14} {:>12} {:>9}",
+        "  {:>4} {:>10} {:>16} {:>14} {:>14} {:>14} {:>12} {:>10} {:>9}",
         s.vcpu,
         what,
         s.tsc_moved_cycles.map_or_else(|| "n/a".into(), n),
         opt(s.tsc_moved_ns),
         n(s.kvmclock_advance_ns),
         opt(s.elapsed_ns),
-        opt(s.jump_ns),
+        if s.kvmclock_wrapped {
+            "wrapped".to_string()
+        } else {
+            opt(s.jump_ns)
+        },
+        opt(s.allowance_ns.map(f64::ceil)),
         format!("{}->{}", s.version.0, s.version.1)
     )
+}
+
+/// The largest |jump| of continuous writes and the largest allowance.
+fn largest(seen: &[WriteSeen]) -> (f64, f64) {
+    let jump = seen
+        .iter()
+        .filter_map(|s| s.jump_ns)
+        .map(f64::abs)
+        .fold(0.0, f64::max);
+    let allow = seen
+        .iter()
+        .filter_map(|s| s.allowance_ns)
+        .fold(0.0, f64::max);
+    (jump, allow)
 }
 
 /// The control's result in a few words.
@@ -150,19 +246,24 @@ fn control_words(control: Option<&[WriteSeen]>) -> String {
         return "no TSC_ADJUST control (the guest has no IA32_TSC_ADJUST)".into();
     };
     let kinds: Vec<Kind> = c.iter().map(kind).collect();
-    if kinds.iter().all(|k| *k == Kind::Continuous) {
-        let worst = c
-            .iter()
-            .filter_map(|s| s.jump_ns)
-            .map(f64::abs)
-            .fold(0.0, f64::max);
+    if !kinds.is_empty() && kinds.iter().all(|k| *k == Kind::Continuous) {
+        let (jump, allow) = largest(c);
         format!(
-            "the TSC_ADJUST control ran on (largest jump {} ns)",
-            n(worst as i64)
+            "the TSC_ADJUST control ran on (largest jump {} ns, allowances up to {} ns)",
+            n(jump as i64),
+            n(allow.ceil() as i64)
         )
-    } else if let Some(s) = c.iter().find(|s| kind(s) == Kind::Followed) {
+    } else if let Some(s) = c
+        .iter()
+        .find(|s| matches!(kind(s), Kind::Followed | Kind::Wrapped))
+    {
         format!(
             "the TSC_ADJUST control jumped too: {}",
+            words(s, "TSC_ADJUST")
+        )
+    } else if let Some(s) = c.iter().find(|s| kind(s) == Kind::Jumped) {
+        format!(
+            "the TSC_ADJUST control's kvmclock did not run on either: {}",
             words(s, "TSC_ADJUST")
         )
     } else {
@@ -184,14 +285,13 @@ pub fn judge(
     let mut f = Finding::skip("nothing measured")
         .with("tsc_write", &tsc)
         .with("adjust_write", &ctl)
-        .with("delta_cycles", w.delta)
-        .with("tolerance_fraction", TOLERANCE);
+        .with("delta_cycles", w.delta);
     let mut lines = vec![
         "Check 8, each vCPU's kvmclock across its write (ns unless cycles; jump = kvmclock's \
          advance minus the time that passed)"
             .to_string(),
         format!(
-            "  {:>4} {:>10} {:>16} {:>14} {:>14} {:>14} {:>12} {:>9}",
+            "  {:>4} {:>10} {:>16} {:>14} {:>14} {:>14} {:>12} {:>10} {:>9}",
             "vCPU",
             "write",
             "TSC moved cyc",
@@ -199,55 +299,57 @@ pub fn judge(
             "kvmclock adv",
             "elapsed",
             "jump",
+            "allowance",
             "version"
         ),
     ];
     lines.extend(tsc.iter().map(|s| line(s, "IA32_TSC")));
     lines.extend(ctl.iter().flatten().map(|s| line(s, "TSC_ADJUST")));
     f.details = lines;
-    let kinds: Vec<Kind> = tsc.iter().map(kind).collect();
-    if let Some(s) = tsc.iter().find(|s| kind(s) == Kind::Followed) {
+    let failed = tsc
+        .iter()
+        .find(|s| kind(s) == Kind::Followed)
+        .map(|s| (s, "a stale pvclock page: kvmclock followed the TSC"))
+        .or_else(|| {
+            tsc.iter()
+                .find(|s| kind(s) == Kind::Wrapped)
+                .map(|s| (s, "a stale pvclock page: kvmclock wrapped below it"))
+        })
+        .or_else(|| {
+            tsc.iter()
+                .find(|s| kind(s) == Kind::Jumped)
+                .map(|s| (s, "kvmclock did not run on"))
+        });
+    if let Some((s, what)) = failed {
         f.set(
             Verdict::Fail,
             format!(
-                "{} (a stale pvclock page: kvmclock followed the TSC); {ctl_text}{}",
+                "{} ({what}); {ctl_text}{}",
                 words(s, "IA32_TSC"),
                 context(flavor)
             ),
         );
-    } else if tsc.is_empty() || kinds.contains(&Kind::Unknown) {
-        let why = match tsc.iter().find(|s| kind(s) == Kind::Unknown) {
-            Some(s) if s.tsc_moved_cycles.is_none() => {
-                "no exact offsets tell how far the TSC moved"
-            }
-            Some(_) => {
-                "the write did not move the TSC (exact offsets unchanged): nothing to follow"
-            }
-            None => "no vCPU wrote",
-        };
-        f.set(Verdict::Undecided, format!("{why}; {ctl_text}"));
-    } else if kinds.iter().all(|k| *k == Kind::Continuous) {
-        let worst = tsc
-            .iter()
-            .filter_map(|s| s.jump_ns)
-            .map(f64::abs)
-            .fold(0.0, f64::max);
+    } else if tsc.is_empty() {
+        f.set(Verdict::Undecided, format!("no vCPU wrote; {ctl_text}"));
+    } else if let Some(s) = tsc
+        .iter()
+        .find(|s| matches!(kind(s), Kind::Unknown | Kind::Unresolved))
+    {
+        f.set(
+            Verdict::Undecided,
+            format!("{}; {ctl_text}", why_unknown(s)),
+        );
+    } else {
+        let (jump, allow) = largest(&tsc);
         f.set(
             Verdict::Pass,
             format!(
                 "every vCPU's kvmclock ran on across a guest IA32_TSC write of {} cycles (largest \
-                 jump {} ns, within 5 % of the move); {ctl_text}",
+                 jump {} ns, each within its allowance, the largest {} ns: rounding, the page's \
+                 rate and any re-anchoring); {ctl_text}",
                 n(w.delta),
-                n(worst as i64)
-            ),
-        );
-    } else {
-        let s = tsc.iter().find(|s| kind(s) == Kind::Other);
-        f.set(
-            Verdict::Undecided,
-            format!(
-                "kvmclock moved neither with the time nor with the TSC: {}; {ctl_text}",
-                s.map_or_else(String::new, |s| words(s, "IA32_TSC"))
+                n(jump as i64),
+                n(allow.ceil() as i64)
             ),
         );
     }

@@ -88,9 +88,10 @@ fn clock_writes(s: &mut Session, msr: u32, delta: u64) -> Result<ClockWrites, Ru
     })
 }
 
-/// The size of the continuity test's writes: 4 s of TSC cycles (so that the
-/// 5 % tolerance, 200 ms, exceeds the largest legitimate re-anchoring of a
-/// kvmclock page: 500 ppm of NTP slew over KVM's 300 s sync period).
+/// The size of the continuity test's writes: 4 s of TSC cycles, far beyond
+/// any allowance of a kvmclock that ran on (check 8 derives it per write:
+/// rounding, the page's rate, NTP over the page's age), so that following
+/// the TSC and running on cannot read alike.
 pub fn continuity_delta(tsc_khz: Option<u32>) -> u64 {
     u64::from(tsc_khz.unwrap_or(1_000_000)).saturating_mul(4_000)
 }
@@ -169,7 +170,9 @@ pub fn control_delta(test: &Handoff) -> u64 {
 /// through KVM_VCPU_TSC_OFFSET where KVM has it, else (or when that did not
 /// move it) through a guest TSC_ADJUST write where the guest has one, and
 /// runs the test again once a move took effect (or cannot be checked, for
-/// want of exact offsets). What did not move is said.
+/// want of exact offsets). Moves KVM accepted without moving the exact
+/// offset are [`Control::Unmoved`], saying which; no way to try one is
+/// [`Control::Impossible`].
 fn control(s: &mut Session, test: &Handoff, after: &[TscState]) -> Result<Control, RunError> {
     let v = s.vcpus() - 1;
     let delta = control_delta(test);
@@ -226,11 +229,13 @@ fn control(s: &mut Session, test: &Handoff, after: &[TscState]) -> Result<Contro
         });
     }
     if tried.is_empty() {
-        tried.push(
-            "this KVM has no KVM_VCPU_TSC_OFFSET and the guest no IA32_TSC_ADJUST".to_string(),
-        );
+        return Ok(Control::Impossible(
+            "this KVM has no KVM_VCPU_TSC_OFFSET and the guest no IA32_TSC_ADJUST (or no exact \
+             offset to move from)"
+                .to_string(),
+        ));
     }
-    Ok(Control::Impossible(tried.join("; ")))
+    Ok(Control::Unmoved(tried.join("; ")))
 }
 
 #[cfg(test)]

@@ -65,7 +65,7 @@ pub fn judge(m: &Mixed, clocksource: Option<&str>, flavor: KvmFlavor) -> Finding
         return Finding::skip(format!("nothing mixed: {rates}")).with("khz", &m.khz);
     }
     let vcpus = m.khz.len() as u32;
-    let mut f = super::master_clock::judge(vcpus, &m.view, None, clocksource, flavor);
+    let mut f = super::master_clock::judge_unpredicted(vcpus, &m.view, clocksource, flavor);
     f.value("khz", &m.khz);
     f.value(
         "pages",

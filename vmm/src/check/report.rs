@@ -346,6 +346,32 @@ impl CheckReport {
         self.ok = !self.checks.iter().any(CheckResult::fails) && self.incomplete.is_none();
         self.counts = c;
     }
+
+    /// The line that says a run's failures follow from a host that ignores
+    /// guest TSC writes, where the data shows it: some check FAILed and
+    /// check 3's exact offsets did not move in vCPU-rounds whose TSC_ADJUST
+    /// recorded a write. `None` otherwise, whatever the hypervisor is
+    /// called (its name is context only).
+    pub fn ignored_writes_note(&self) -> Option<String> {
+        if !self.checks.iter().any(|c| c.verdict == Verdict::Fail) {
+            return None;
+        }
+        let c3 = self
+            .checks
+            .iter()
+            .find(|c| c.id == "adjust-equals-offset")?;
+        let unmoved = c3.values.get("offsets_unmoved")?.as_u64()?;
+        let compared = c3.values.get("comparisons")?.as_u64()?;
+        (unmoved > 0).then(|| {
+            format!(
+                "The exact offsets did not move in {unmoved} of {compared} vCPU-rounds whose \
+                 TSC_ADJUST recorded a guest write (check 3): this host ignores guest TSC writes, \
+                 and the failures that follow from it are a true finding about the hypervisor, \
+                 not an error of the tool (host: {}).",
+                self.environment.host.kvm_flavor.name()
+            )
+        })
+    }
 }
 
 #[cfg(test)]
@@ -416,6 +442,41 @@ pub(crate) mod tests {
         r.incomplete = Some("interrupted".into());
         r.tally();
         assert!(!r.ok, "an interrupted run is not ok");
+    }
+
+    /// The closing line about ignored writes comes from check 3's data,
+    /// never from the hypervisor's name: a PVM run whose failures are not
+    /// about ignored writes gets none, any host whose offsets ignored the
+    /// writes gets it.
+    #[test]
+    fn the_ignored_writes_line_follows_the_data_not_the_name() {
+        let c3 = |unmoved: u64| {
+            let f = Finding::new(Verdict::Fail, "2 of 2 deltas differ")
+                .with("offsets_unmoved", unmoved)
+                .with("comparisons", 2u64);
+            CheckResult::new(3, "adjust-equals-offset", "t", f)
+        };
+        let mut r = report(vec![check(Verdict::Fail), c3(2)]);
+        r.environment.host.kvm_flavor = KvmFlavor::Pvm;
+        let line = r.ignored_writes_note().expect("offsets ignored the writes");
+        assert!(
+            line.starts_with("The exact offsets did not move in 2 of 2 vCPU-rounds"),
+            "{line}"
+        );
+        assert!(line.ends_with("(host: PVM)."), "{line}");
+        // PVM, a FAIL, but offsets that moved: no such line.
+        r.checks[1] = c3(0);
+        assert_eq!(r.ignored_writes_note(), None);
+        // Another hypervisor with the same data gets the same line.
+        r.checks[1] = c3(2);
+        r.environment.host.kvm_flavor = KvmFlavor::Vmx;
+        assert!(r
+            .ignored_writes_note()
+            .is_some_and(|l| l.ends_with("(host: VMX).")));
+        // No FAIL: nothing to explain.
+        r.checks[0] = check(Verdict::Pass);
+        r.checks[1].verdict = Verdict::Pass;
+        assert_eq!(r.ignored_writes_note(), None);
     }
 
     #[test]

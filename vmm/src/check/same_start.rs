@@ -34,8 +34,14 @@ pub fn judge(initial: &[TscState], source: OffsetSource) -> Finding {
     if initial.is_empty() {
         return f;
     }
-    if source.exact() {
-        let offsets: Vec<Option<u64>> = initial.iter().map(|t| t.offset).collect();
+    let offsets: Vec<Option<u64>> = initial.iter().map(|t| t.offset).collect();
+    let unread: Vec<String> = offsets
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.is_none())
+        .map(|(i, _)| i.to_string())
+        .collect();
+    if source.exact() && unread.is_empty() {
         f.value("offsets", &offsets);
         let same = offsets.windows(2).all(|w| w[0] == w[1]);
         match (same, same_khz) {
@@ -54,7 +60,28 @@ pub fn judge(initial: &[TscState], source: OffsetSource) -> Finding {
         }
         return f;
     }
-    // Bracketed estimates: equal within their error bars.
+    // Bracketed estimates: equal within their error bars. Where the exact
+    // source gave no offset for some vCPU, the offsets it did give are
+    // evidence too (two that differ fail), and the brackets judge the rest:
+    // an offset not read is no offset equal to the others.
+    let missing = if source.exact() {
+        f.value("offsets", &offsets);
+        let read: Vec<u64> = offsets.iter().flatten().copied().collect();
+        if read.windows(2).any(|w| w[0] != w[1]) {
+            f.set(
+                super::report::Verdict::Fail,
+                "the vCPUs were created with different TSC offsets",
+            );
+            return f;
+        }
+        format!(
+            "{} gave no offset for vCPU(s) {}; ",
+            source.short(),
+            unread.join(", ")
+        )
+    } else {
+        String::new()
+    };
     let worst = initial
         .iter()
         .map(|t| {
@@ -74,12 +101,12 @@ pub fn judge(initial: &[TscState], source: OffsetSource) -> Finding {
     } else if worst.0 <= worst.1 && adj_zero {
         f.set(
             super::report::Verdict::Pass,
-            "offsets equal within the bracketed reads' error (no exact offsets)",
+            format!("{missing}offsets equal within the bracketed reads' error (no exact offsets)"),
         );
     } else {
         f.set(
             super::report::Verdict::Fail,
-            "offsets differ by more than the bracketed reads' error",
+            format!("{missing}offsets differ by more than the bracketed reads' error"),
         );
     }
     f
@@ -143,6 +170,47 @@ mod tests {
             near[1],
         ];
         assert_eq!(judge(&adjusted, OffsetSource::None).verdict, Verdict::Fail);
+    }
+
+    /// An exact source that gave no offset (a debugfs file unreadable, an
+    /// attribute read that failed) is no evidence of equal offsets: the
+    /// brackets judge instead, and say why; offsets read that differ fail.
+    #[test]
+    fn offsets_not_read_are_not_equal_offsets() {
+        // Bracketed offsets 1,000 and 5,000 apart, far beyond their error
+        // of 100: None == None must not make them equal.
+        let far = [state(None, 1_050, 0, 1), state(None, 6_050, 0, 1)];
+        for source in [OffsetSource::KvmVcpuTscOffset, OffsetSource::Debugfs] {
+            let f = judge(&far, source);
+            assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+            assert!(
+                f.reason.contains("gave no offset for vCPU(s) 0, 1"),
+                "{}",
+                f.reason
+            );
+        }
+        let near = [state(None, 1_050, 0, 1), state(None, 1_140, 0, 1)];
+        let f = judge(&near, OffsetSource::KvmVcpuTscOffset);
+        assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
+        assert!(
+            f.reason.starts_with("KVM_VCPU_TSC_OFFSET gave no offset"),
+            "{}",
+            f.reason
+        );
+        // One read, one not: the brackets still judge the pair.
+        let one = [state(Some(7), 1_050, 0, 1), state(None, 6_050, 0, 1)];
+        let f = judge(&one, OffsetSource::KvmVcpuTscOffset);
+        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+        assert!(f.reason.contains("vCPU(s) 1;"), "{}", f.reason);
+        // Offsets read that differ are evidence enough.
+        let three = [
+            state(Some(7), 0, 0, 1),
+            state(Some(8), 0, 0, 1),
+            state(None, 0, 0, 1),
+        ];
+        let f = judge(&three, OffsetSource::Debugfs);
+        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+        assert!(f.reason.contains("different TSC offsets"), "{}", f.reason);
     }
 
     #[test]

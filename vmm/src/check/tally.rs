@@ -25,12 +25,18 @@ pub struct RoundTally {
     pub rounds: u64,
     /// vCPU-rounds (check 3's comparisons).
     pub vcpu_rounds: u64,
-    /// vCPU-rounds whose offset delta differs from the TSC_ADJUST delta.
+    /// vCPU-rounds whose offset delta (read) differs from the TSC_ADJUST
+    /// delta.
     pub mismatches: u64,
+    /// vCPU-rounds whose offset delta is unknown (an offset read failed):
+    /// no evidence either way, so neither a mismatch nor a comparison.
+    pub offsets_unread: u64,
     /// Of those, the ones whose offset did not move while TSC_ADJUST did.
     pub offsets_unmoved: u64,
     /// The first mismatch.
     pub first_mismatch: Option<Mismatch>,
+    /// The first vCPU-round whose offset was not read: (round, vCPU).
+    pub first_unread: Option<(u32, u32)>,
     /// vCPU-rounds with a write (check 4 counts only these).
     pub wrote: u64,
     /// Of those, decided as taken effect.
@@ -94,7 +100,10 @@ impl RoundTally {
                 self.net_adjust.resize(i + 1, 0);
             }
             self.net_adjust[i] = self.net_adjust[i].wrapping_add(v.tsc_adjust_delta);
-            if v.offset_delta != Some(v.tsc_adjust_delta) {
+            if v.offset_delta.is_none() {
+                self.offsets_unread += 1;
+                self.first_unread.get_or_insert((r.round, v.id));
+            } else if v.offset_delta != Some(v.tsc_adjust_delta) {
                 self.mismatches += 1;
                 if v.offset_delta == Some(0) && v.tsc_adjust_delta != 0 {
                     self.offsets_unmoved += 1;

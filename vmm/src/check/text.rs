@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::{CheckReport, Verdict};
+use super::report::CheckReport;
 
 /// Renders the report for a terminal.
 pub fn render_text(r: &CheckReport) -> String {
@@ -93,13 +93,8 @@ pub fn render_text(r: &CheckReport) -> String {
         },
         if r.ok { "OK" } else { "FAILED" }
     );
-    if r.checks.iter().any(|c| c.verdict == Verdict::Fail)
-        && e.kvm_flavor == crate::host::KvmFlavor::Pvm
-    {
-        let _ = writeln!(
-            out,
-            "On PVM these failures are a true finding about the hypervisor, not an error of the tool."
-        );
+    if let Some(line) = r.ignored_writes_note() {
+        let _ = writeln!(out, "{line}");
     }
     out
 }

@@ -44,27 +44,46 @@ impl Check for Warp {
             &w.seen,
             lock_order::actual_skew(&w.after, source),
         );
-        let Some(h) = &ev.handoff else {
-            if ev.options.vcpus < 2 {
-                return Ok(lock);
-            }
-            return Ok(super::judge::missing("forced hand-off test"));
-        };
         let floor = ev
             .env
             .host
             .tsc_khz
             .map_or(0, |k| FLOOR_NS.saturating_mul(u64::from(k)) / 1_000_000);
-        let mut f = handoff::judge(ev.options.vcpus, h, source, floor);
-        // The lock-ordered test's evidence of failure fails the check too.
-        if lock.verdict == Verdict::Fail && f.verdict != Verdict::Fail {
-            let reason = format!("lock-ordered warp test: {}", lock.reason);
-            f.set(Verdict::Fail, reason);
-        }
-        let f = f.with("lock_ordered", lock_values(&lock));
-        let lines = details(&f.values);
-        Ok(f.with_details(lines))
+        let handoff = ev
+            .handoff
+            .as_ref()
+            .map(|h| handoff::judge(ev.options.vcpus, h, source, floor));
+        Ok(combine(ev.options.vcpus, lock, handoff))
     }
+}
+
+/// Check 5 from the lock-ordered test's finding and the forced hand-off
+/// test's (`None`: not measured). A lock-ordered FAIL is evidence and fails
+/// the check whatever the hand-off test says, or when it is missing.
+pub fn combine(vcpus: u32, lock: Finding, handoff: Option<Finding>) -> Finding {
+    let Some(mut f) = handoff else {
+        if vcpus < 2 {
+            return lock;
+        }
+        let values = lock_values(&lock);
+        if lock.verdict == Verdict::Fail {
+            let reason = format!(
+                "lock-ordered warp test: {} (the forced hand-off test was not measured)",
+                lock.reason
+            );
+            let mut f = lock;
+            f.set(Verdict::Fail, reason);
+            return f.with("lock_ordered", values);
+        }
+        return super::judge::missing("forced hand-off test").with("lock_ordered", values);
+    };
+    if lock.verdict == Verdict::Fail && f.verdict != Verdict::Fail {
+        let reason = format!("lock-ordered warp test: {}", lock.reason);
+        f.set(Verdict::Fail, reason);
+    }
+    let f = f.with("lock_ordered", lock_values(&lock));
+    let lines = details(&f.values);
+    f.with_details(lines)
 }
 
 /// The lock-ordered test's verdict, reason and values, as one value.
@@ -135,4 +154,45 @@ fn details(values: &BTreeMap<String, Value>) -> Vec<String> {
         out.push(format!("  control: {outcome}: {detail}"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock(verdict: Verdict) -> Finding {
+        let mut f = Finding::skip("").with("max_warp_cycles", 5_000u64);
+        f.set(verdict, "the guest saw its TSC go back by 5000 cycles");
+        f
+    }
+
+    /// A lock-ordered FAIL is evidence of a warp: it fails check 5 when the
+    /// forced hand-off test was not measured (the old judge said SKIP, "not
+    /// measured") as when it passed.
+    #[test]
+    fn a_lock_ordered_fail_is_kept_without_the_hand_off_test() {
+        let f = combine(2, lock(Verdict::Fail), None);
+        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+        assert!(
+            f.reason
+                .starts_with("lock-ordered warp test: the guest saw its TSC go back"),
+            "{}",
+            f.reason
+        );
+        assert!(f
+            .reason
+            .ends_with("(the forced hand-off test was not measured)"));
+        assert_eq!(f.values["lock_ordered"]["verdict"], "FAIL");
+        // Without a failure the missing test is a SKIP, as before.
+        let f = combine(2, lock(Verdict::Pass), None);
+        assert_eq!(f.verdict, Verdict::Skip, "{}", f.reason);
+        assert!(f.reason.starts_with("not measured"), "{}", f.reason);
+        // And it overrides a hand-off PASS.
+        let mut pass = Finding::skip("");
+        pass.set(Verdict::Pass, "every ordered pair sees the exact offsets");
+        let f = combine(2, lock(Verdict::Fail), Some(pass));
+        assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+        // One vCPU: the lock-ordered test's own finding.
+        assert_eq!(combine(1, lock(Verdict::Skip), None).verdict, Verdict::Skip);
+    }
 }

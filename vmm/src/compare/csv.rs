@@ -179,7 +179,13 @@ mod tests {
                         jump_ns: Some(-12.26),
                         version: (2, 2),
                         flags: (1, 1),
+                        page_rewritten: false,
+                        page_age_ns: 1_000,
+                        allowance_ns: Some(4.0),
+                        follow_allowance_ns: Some(4.0),
+                        kvmclock_wrapped: false,
                     }],
+                    wrapped: Vec::new(),
                 }),
             },
         };

@@ -29,6 +29,8 @@ pub struct VariantAccumulator {
     other_exit: Distribution,
     /// The magnitude of each round's largest kvmclock jump, ns.
     kvmclock_jump: Distribution,
+    /// Writes whose kvmclock reading wrapped (kept out of `kvmclock_jump`).
+    kvmclock_wrapped: u64,
     disagreeing: u64,
     first_disagreements: Vec<String>,
     honoured: (bool, bool),
@@ -56,6 +58,7 @@ impl VariantAccumulator {
             cpu0_exit: Distribution::default(),
             other_exit: Distribution::default(),
             kvmclock_jump: Distribution::default(),
+            kvmclock_wrapped: 0,
             disagreeing: 0,
             first_disagreements: Vec::new(),
             honoured: (false, false),
@@ -99,8 +102,11 @@ impl VariantAccumulator {
                 self.other_exit.record(x as f64);
             }
         }
-        if let Some(j) = r.kvmclock.as_ref().and_then(|k| k.jump_ns) {
-            self.kvmclock_jump.record(j.abs());
+        if let Some(k) = &r.kvmclock {
+            if let Some(j) = k.jump_ns {
+                self.kvmclock_jump.record(j.abs());
+            }
+            self.kvmclock_wrapped += k.wrapped.len() as u64;
         }
         if !r.disagreements.is_empty() {
             self.disagreeing += 1;
@@ -224,6 +230,7 @@ impl VariantAccumulator {
             cpu0_exit_latency_cycles: self.cpu0_exit.summary(),
             other_exit_latency_cycles: self.other_exit.summary(),
             kvmclock_jump_ns: self.kvmclock_jump.summary(),
+            kvmclock_wrapped_writes: self.kvmclock_wrapped,
             rounds_with_disagreements: self.disagreeing as usize,
             first_disagreements: self.first_disagreements.clone(),
             typical_round: self.typical.as_ref().map(|r| r.round),

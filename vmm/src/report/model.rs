@@ -48,6 +48,11 @@ pub struct RunSummary {
     /// across the vCPUs' IA32_TSC writes, ns; absent without it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kvmclock_jump_ns: Option<Summary>,
+    /// `--kvmclock`: writes whose kvmclock reading wrapped (the TSC below
+    /// the page's tsc_timestamp: a leap of about 10^18 ns, no time at all),
+    /// kept out of `kvmclock_jump_ns`; absent when none did.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kvmclock_wrapped_writes: u64,
     /// Rounds in which any two methods disagreed.
     pub rounds_with_disagreements: usize,
     /// The first few disagreements, verbatim.
@@ -77,6 +82,11 @@ pub struct Report {
     pub duration_per_variant: Option<std::time::Duration>,
     /// One entry per variant, in the order run.
     pub runs: Vec<VariantReport>,
+}
+
+/// Whether a count is 0 (serde's `skip_serializing_if`).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]
@@ -128,6 +138,11 @@ pub fn summarize_run(rounds: &[RoundResult], tsc_khz: Option<u32>) -> RunSummary
                 .filter_map(|r| r.kvmclock.as_ref().and_then(|k| k.jump_ns))
                 .map(f64::abs),
         ),
+        kvmclock_wrapped_writes: rounds
+            .iter()
+            .filter_map(|r| r.kvmclock.as_ref())
+            .map(|k| k.wrapped.len() as u64)
+            .sum(),
         rounds_with_disagreements: disagreeing.len(),
         first_disagreements: disagreeing
             .iter()

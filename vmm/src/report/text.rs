@@ -235,6 +235,15 @@ fn variant_section(out: &mut String, v: &VariantReport, host: &HostInfo) {
     if v.summary.kvmclock_jump_ns.is_some() {
         stat_row(out, "|kvmclock jump| (ns)", &v.summary.kvmclock_jump_ns);
     }
+    if v.summary.kvmclock_wrapped_writes > 0 {
+        let _ = writeln!(
+            out,
+            "  kvmclock wrapped in {} write(s): the TSC fell below the page's tsc_timestamp (a \
+             backwards move larger than the page's age, the page not re-anchored) and the \
+             reading leapt by ~10^18 ns; not in the jump statistics",
+            v.summary.kvmclock_wrapped_writes
+        );
+    }
     variant_tail(out, v);
 }
 

@@ -7,11 +7,14 @@
 //! two restores ([`kept_after`]).
 //!
 //! The master clock is **kept** when KVM says stable, every page carries
-//! the bit and no pair's kvmclocks differ beyond the bound of its
-//! exchanges; **off** without KVM_CLOCK_TSC_STABLE (KVM makes no promise);
-//! **broken** when KVM says stable and a pair differs beyond its bound;
-//! **undecided** otherwise (KVM_GET_CLOCK failed, no kvmclock pages to
-//! look at, a page without the bit, the hand-off test missing).
+//! the bit and every pair of the hand-off test was measured and agrees
+//! within a bound that could have seen a disagreement that matters
+//! ([`crate::session::one_clock`]: what stale pages would show by the exact
+//! offsets, or with equal or unknown offsets the 100 us floor); **off**
+//! without KVM_CLOCK_TSC_STABLE (KVM makes no promise); **broken** when KVM
+//! says stable and a pair differs beyond its bound; **undecided** otherwise
+//! (KVM_GET_CLOCK failed, no kvmclock pages to look at, a page without the
+//! bit, the hand-off test missing or without a pair, a bound too wide).
 
 use tsc_contract::{PvclockTimeInfo, PVCLOCK_TSC_STABLE_BIT};
 
@@ -20,8 +23,8 @@ use super::clock_report::{
 };
 use super::offsets::{flag_names, ClockSample};
 use super::reads::ClockAfter;
-use crate::session::Agreement;
-use crate::units::fmt_int as n;
+use crate::session::{one_clock, Agreement, Handoff};
+use crate::units::{cycles_to_ns_at, fmt_int as n, WATCHDOG_MAX_SKEW_NS};
 
 /// A page as the report shows it.
 pub fn page(id: u32, p: &PvclockTimeInfo) -> PageReport {
@@ -39,6 +42,9 @@ pub fn page(id: u32, p: &PvclockTimeInfo) -> PageReport {
 
 /// How the pairs agree, in words.
 pub fn agreement_words(a: &Agreement) -> String {
+    if a.pairs == 0 {
+        return "no pair's kvmclocks were measured".into();
+    }
     match (a.worst_pair, a.worst_interval) {
         (Some((x, y)), Some((lo, hi))) if a.differ() => format!(
             "vCPUs {x} and {y} see kvmclocks {} ns apart beyond the bound (vCPU {y}'s minus \
@@ -55,14 +61,20 @@ pub fn agreement_words(a: &Agreement) -> String {
     }
 }
 
-/// The master clock from KVM_GET_CLOCK, the pages and the pairs'
-/// agreement (`None`: the hand-off test did not run), with its words.
+/// The master clock from KVM_GET_CLOCK, the pages and the hand-off test
+/// over kvmclock readings (`None`: it did not run), with its words;
+/// `rel_ns` is every vCPU's exact offset relative to vCPU 0 in ns, what
+/// stale pages would set its kvmclock apart by (`None`: not all known, and
+/// the 100 us floor decides).
 pub fn master_clock(
     clock: &Result<ClockSample, String>,
     pages: &[PageReport],
-    agreement: Option<&Agreement>,
+    handoff: Option<&Handoff>,
+    rel_ns: Option<&[Option<f64>]>,
     vcpus: u32,
 ) -> (MasterClock, String) {
+    let agreement = handoff.map(Handoff::agreement);
+    let agreement = agreement.as_ref();
     let bits: Vec<&str> = pages
         .iter()
         .map(|p| if p.tsc_stable_bit { "1" } else { "0" })
@@ -110,8 +122,13 @@ pub fn master_clock(
             "KVM_CLOCK_TSC_STABLE, but vCPU(s) {}'s pages lack PVCLOCK_TSC_STABLE_BIT",
             lacking.join(", ")
         ))
-    } else if vcpus >= 2 && agreement.is_none() {
-        Some("KVM_CLOCK_TSC_STABLE, but the kvmclock hand-off test did not run".into())
+    } else if vcpus >= 2 {
+        match handoff {
+            None => Some("KVM_CLOCK_TSC_STABLE, but the kvmclock hand-off test did not run".into()),
+            Some(h) => one_clock::resolves(h, vcpus, rel_ns, WATCHDOG_MAX_SKEW_NS)
+                .err()
+                .map(|why| format!("KVM_CLOCK_TSC_STABLE and no pair contradicts it, but {why}")),
+        }
     } else {
         None
     };
@@ -125,6 +142,19 @@ pub fn master_clock(
             format!("master clock on: KVM_CLOCK_TSC_STABLE, {bits}; {agree}"),
         ),
     }
+}
+
+/// Every vCPU's exact offset relative to vCPU 0 in ns at its TSC's rate,
+/// `None` where unknown.
+fn offsets_ns(states: &[crate::tsc::TscState]) -> Vec<Option<f64>> {
+    let base = states.first().and_then(|s| s.offset);
+    states
+        .iter()
+        .map(|s| {
+            let rel = s.offset?.wrapping_sub(base?) as i64;
+            cycles_to_ns_at(i128::from(rel), s.tsc_khz)
+        })
+        .collect()
 }
 
 /// Offsets minus vCPU 0's (signed), `None` where one is missing.
@@ -145,7 +175,15 @@ pub fn clock_after(v: &ClockAfter, vcpus: u32) -> ClockAfterReport {
         .map(|(i, p)| page(i as u32, p))
         .collect();
     let agreement = v.handoff.as_ref().map(|h| h.agreement());
-    let (master, words) = master_clock(&v.clock, &pages, agreement.as_ref(), vcpus);
+    let rel = offsets_ns(&v.states);
+    let known = rel.iter().all(Option::is_some);
+    let (master, words) = master_clock(
+        &v.clock,
+        &pages,
+        v.handoff.as_ref(),
+        known.then_some(rel.as_slice()),
+        vcpus,
+    );
     let sample = v.clock.as_ref().ok().copied();
     ClockAfterReport {
         kvm_get_clock: sample,

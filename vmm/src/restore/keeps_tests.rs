@@ -19,40 +19,40 @@ fn pages(bits: &[bool]) -> Vec<PageReport> {
         .collect()
 }
 
-fn split() -> Agreement {
+fn split() -> Handoff {
     // 6.1 after a rendezvous: vCPU 1's kvmclock 1.2 ms ahead of vCPU 0's.
     let mut h: Handoff = agreeing();
     h.pairs[0].lower = 1_180_000;
     h.pairs[0].upper = 1_240_000;
     h.pairs[1].lower = -1_250_000;
     h.pairs[1].upper = -1_170_000;
-    h.agreement()
+    h
 }
 
 #[test]
 fn the_master_clock_is_kept_off_broken_or_undecided() {
     let stable = Ok(sample(1, true));
     let off = Ok(sample(1, false));
-    let agree = agreeing().agreement();
-    let (m, w) = master_clock(&stable, &pages(&[true, true]), Some(&agree), 2);
+    let agree = agreeing();
+    let (m, w) = master_clock(&stable, &pages(&[true, true]), Some(&agree), None, 2);
     assert_eq!(m, MasterClock::Kept, "{w}");
     assert!(w.contains("agree within ±5,000 ns"), "{w}");
-    let (m, w) = master_clock(&off, &pages(&[false, false]), Some(&agree), 2);
+    let (m, w) = master_clock(&off, &pages(&[false, false]), Some(&agree), None, 2);
     assert_eq!(m, MasterClock::Off, "{w}");
     assert!(w.contains("PVCLOCK_TSC_STABLE_BIT per vCPU 0 0"), "{w}");
     // Off is off even when the guests' kvmclocks differ: no promise.
     assert_eq!(
-        master_clock(&off, &pages(&[false; 2]), Some(&split()), 2).0,
+        master_clock(&off, &pages(&[false; 2]), Some(&split()), None, 2).0,
         MasterClock::Off
     );
-    let (m, w) = master_clock(&stable, &pages(&[true, true]), Some(&split()), 2);
+    let (m, w) = master_clock(&stable, &pages(&[true, true]), Some(&split()), None, 2);
     assert_eq!(m, MasterClock::Broken, "{w}");
     assert!(
         w.contains("vCPUs 0 and 1 see kvmclocks 1,180,000 ns apart"),
         "{w}"
     );
-    let undecided = |c: &Result<ClockSample, String>, p: &[PageReport], a: Option<&Agreement>| {
-        match master_clock(c, p, a, 2).0 {
+    let undecided = |c: &Result<ClockSample, String>, p: &[PageReport], a: Option<&Handoff>| {
+        match master_clock(c, p, a, None, 2).0 {
             MasterClock::Undecided { why } => why,
             m => panic!("{m:?}"),
         }
@@ -63,9 +63,51 @@ fn the_master_clock_is_kept_off_broken_or_undecided() {
     assert!(undecided(&stable, &pages(&[true; 2]), None).contains("did not run"));
     // One vCPU needs no hand-off test.
     assert_eq!(
-        master_clock(&stable, &pages(&[true]), None, 1).0,
+        master_clock(&stable, &pages(&[true]), None, None, 1).0,
         MasterClock::Kept
     );
+}
+
+/// "Master clock kept" needs agreement that could have seen a broken
+/// promise: the old judge said kept with no pair measured (bound 0) and
+/// with a bound of any width.
+#[test]
+fn kept_needs_pairs_and_a_bound_that_could_see_a_difference() {
+    let stable = Ok(sample(1, true));
+    let why = |h: &Handoff, rel: Option<&[Option<f64>]>| match master_clock(
+        &stable,
+        &pages(&[true, true]),
+        Some(h),
+        rel,
+        2,
+    ) {
+        (MasterClock::Undecided { why }, _) => why,
+        (m, w) => panic!("{m:?}: {w}"),
+    };
+    let mut none = agreeing();
+    none.pairs.clear();
+    assert!(why(&none, None).contains("measured no pair"));
+    let mut wide = agreeing();
+    for p in &mut wide.pairs {
+        (p.lower, p.upper) = (-2_000_000, 2_000_000);
+    }
+    assert!(why(&wide, None).contains("wider than the 100,000 ns floor"));
+    // Offsets 54 us apart: ±5 us agreement excludes stale pages (kept),
+    // ±90 us does not.
+    let rel = [Some(0.0), Some(54_000.0)];
+    let (m, w) = master_clock(
+        &stable,
+        &pages(&[true; 2]),
+        Some(&agreeing()),
+        Some(&rel),
+        2,
+    );
+    assert_eq!(m, MasterClock::Kept, "{w}");
+    let mut loose = agreeing();
+    for p in &mut loose.pairs {
+        (p.lower, p.upper) = (-90_000, 90_000);
+    }
+    assert!(why(&loose, Some(&rel)).contains("stale pvclock pages"));
 }
 
 #[test]
@@ -163,9 +205,21 @@ fn the_clock_after_report_and_the_chain_agree_with_the_measurement() {
     );
     assert_eq!(a.relative_offsets, [Some(0), Some(-300)]);
     assert_eq!(a.pairs.len(), 2);
-    // A stable VM whose pages carry the bit keeps the master clock.
+    // A stable VM whose pages carry the bit keeps the master clock when
+    // its pairs' agreement excludes what stale pages would show (the
+    // offsets 300 cycles, 150 ns, apart): within ±50 ns, not ±5,000 ns.
     let states = honoured(0).after.unwrap_or_default();
-    let stable = clock_after(&clock_after_at(1_000, &states, true), 2);
+    let loose = clock_after(&clock_after_at(1_000, &states, true), 2);
+    assert!(
+        matches!(loose.master_clock, MasterClock::Undecided { .. }),
+        "{}",
+        loose.words
+    );
+    let mut tight = clock_after_at(1_000, &states, true);
+    for p in tight.handoff.iter_mut().flat_map(|h| h.pairs.iter_mut()) {
+        (p.lower, p.upper) = (-50, 50);
+    }
+    let stable = clock_after(&tight, 2);
     assert_eq!(stable.master_clock, MasterClock::Kept, "{}", stable.words);
     assert_eq!(
         stable.flags,

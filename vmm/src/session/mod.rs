@@ -2,6 +2,7 @@
 //! write an MSR, read the TSC, one rendezvous, the warp test), so checks can
 //! interleave guest and host actions step by step. See [`tsc_contract::Op`].
 
+pub mod one_clock;
 mod read;
 mod seen;
 
