@@ -102,11 +102,18 @@ fn a_kvmclock_that_follows_the_tsc_fails_naming_the_jump_and_the_version() {
 
 #[test]
 fn a_control_that_jumps_too_is_said() {
+    // Both kinds of write left the page stale: the control, measured first, is named.
     let w = writes(2_000 + D as i64, 2_000, D, true, (4, 4));
     let f = judge(&w, Some(&w), KHZ, KvmFlavor::Svm);
     assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
     assert!(
-        f.reason.contains("the TSC_ADJUST control jumped too"),
+        f.reason
+            .contains("across a guest TSC_ADJUST write that moved its TSC"),
+        "{}",
+        f.reason
+    );
+    assert!(
+        f.reason.contains("IA32_TSC jumps vCPU 0 4,000,000,000 ns"),
         "{}",
         f.reason
     );
@@ -232,4 +239,31 @@ fn a_reading_that_wrapped_fails() {
         f.reason
     );
     assert!(f.details[2].contains("wrapped"), "{}", f.details[2]);
+}
+
+#[test]
+fn a_control_that_left_its_page_stale_fails_whatever_the_writes_after_it_show() {
+    // A guest TSC_ADJUST write without its clock update (d9130a2dfdd4 reverted):
+    // the control's kvmclock follows the TSC; the IA32_TSC write after it is
+    // re-anchored and jumps back by the control's move. The failure is the
+    // control's, and the IA32_TSC writes are not judged from that page.
+    let ctl = writes(2_000 + D as i64, 2_000, D, true, (4, 4));
+    let w = writes(2_000 - D as i64, 2_000, D, true, (4, 6));
+    let f = judge(&w, Some(&ctl), KHZ, KvmFlavor::Svm);
+    assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+    assert!(f.reason.contains("guest TSC_ADJUST write"), "{}", f.reason);
+    assert!(
+        f.reason.contains("kvmclock followed the TSC"),
+        "{}",
+        f.reason
+    );
+    assert!(f.reason.contains("not judged"), "{}", f.reason);
+    // The same control beside IA32_TSC writes that ran on: still a FAIL.
+    let fine = writes(2_000, 2_000, D, true, (6, 8));
+    let f = judge(&fine, Some(&ctl), KHZ, KvmFlavor::Svm);
+    assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+    // A control that ran on leaves the verdict to the IA32_TSC writes.
+    let good_ctl = writes(2_000, 2_000, D, true, (4, 6));
+    let f = judge(&fine, Some(&good_ctl), KHZ, KvmFlavor::Svm);
+    assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
 }
