@@ -18,6 +18,12 @@ pub enum DecidedBy {
     BracketedReads,
     /// The guest's own TSC readings (the host evidence was inconclusive).
     Guest,
+    /// KVM's record of the write (its TSC_ADJUST delta, exact) against the
+    /// guest's own TSC read just before it: the move KVM made puts the moment
+    /// it handled the write before the guest issued it, so no handling moment
+    /// gives that move and the write did not set the value written (e.g. it
+    /// was snapped to another vCPU's offset, as KVM did before Linux 5.10).
+    WriteMoment,
 }
 
 /// KVM's evidence of one write: with exact offsets the answer is exact (an

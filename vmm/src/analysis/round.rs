@@ -328,14 +328,23 @@ fn common_write(
     disagreements: &mut Vec<String>,
 ) -> WriteFindings {
     let at = rec.written.wrapping_sub(adjust_delta as u64);
+    let latency = signed_delta(at, rec.tsc_before_write);
+    // An honoured write moves the TSC by the value written minus the TSC at the
+    // moment KVM handled it, which is no earlier than the guest's read just
+    // before the write: a move that puts that moment earlier is one no handling
+    // moment gives, so KVM's own record says the value written was not set.
+    let (host, by_host) = if latency < 0 {
+        (Some(false), DecidedBy::WriteMoment)
+    } else {
+        (host, host_by(offset_delta))
+    };
     let jump = guest_saw_jump(rec.written, at, rec.tsc_after_loop);
-    let (h, by, why) = combine(host, host_by(offset_delta), jump);
+    let (h, by, why) = combine(host, by_host, jump);
     if let Some(why) = why {
         disagreements.push(format!("vCPU {id}: {why}"));
     }
     // Which timeline `tsc_after_loop` is on decides where the write was.
     let write_point = if h == Some(true) { rec.written } else { at };
-    let latency = signed_delta(at, rec.tsc_before_write);
     if latency < 0 {
         disagreements.push(format!(
             "vCPU {id}: KVM handled the write {} cycles before the guest issued it \

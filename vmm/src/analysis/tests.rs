@@ -289,3 +289,63 @@ fn the_bracket_error_bar_covers_reads_anywhere_in_both_brackets() {
     assert_eq!(r.vcpus[1].rel_offset_bracket, 2_000);
     assert_eq!(r.vcpus[1].rel_offset_bracket_error, 2_000);
 }
+
+/// Writes snapped to one offset (KVM before Linux 5.10, or the kernel
+/// variant `mutant-guest-tsc-write-synchronized`): neither the offset nor
+/// TSC_ADJUST moves, or both move by the generation's delta, while the guest
+/// wrote a value below the TSC it had just read. No handling moment gives
+/// such a move, so KVM's own record says the value written was not set.
+#[test]
+fn a_write_snapped_to_another_offset_did_not_take_effect() {
+    let v = 1_000_000;
+    // vCPU 0: nothing moved (0/0) although it wrote 2,900 cycles below its last read.
+    // vCPU 1: snapped to vCPU 0's timeline: both moved by -1,000, but its last read
+    // before the write was 1,009,800, so an honoured write would have moved them by
+    // at most v - 1,009,800 = -9,800.
+    let samples = [
+        VcpuSample {
+            record: record(0, v, 1_002_900, 1_020_000),
+            before: state(0, Some(0), 900_000, 900_000),
+            after: state(0, Some(0), 2_000_000, 2_000_000),
+        },
+        VcpuSample {
+            record: record(1, v, 1_009_800, 1_020_500),
+            before: state(0, Some(0), 900_010, 900_000),
+            after: state(
+                -1_000i64 as u64,
+                Some(-1_000i64 as u64),
+                2_000_010,
+                2_000_000,
+            ),
+        },
+    ];
+    let r = analyse_round(0, "xen-6ca022a1", &samples, &Base::creation(2), None);
+    for c in &r.vcpus {
+        assert_eq!(c.write_honoured, Some(false), "vCPU {}", c.id);
+        assert_eq!(c.decided_by, Some(DecidedBy::WriteMoment), "vCPU {}", c.id);
+    }
+    assert_eq!(r.writes_honoured, Some(false));
+    // The same round with the offsets moved by what the writes asked is honoured.
+    let honest = [
+        VcpuSample {
+            after: state(
+                (v as i64 - 1_003_000) as u64,
+                Some((v as i64 - 1_003_000) as u64),
+                2_000_000,
+                2_000_000,
+            ),
+            ..samples[0]
+        },
+        VcpuSample {
+            after: state(
+                (v as i64 - 1_010_000) as u64,
+                Some((v as i64 - 1_010_000) as u64),
+                2_000_010,
+                2_000_000,
+            ),
+            ..samples[1]
+        },
+    ];
+    let r = analyse_round(0, "xen-6ca022a1", &honest, &Base::creation(2), None);
+    assert_eq!(r.writes_honoured, Some(true));
+}

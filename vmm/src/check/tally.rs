@@ -42,8 +42,8 @@ pub struct RoundTally {
     /// Of those, decided as taken effect.
     pub honoured: u64,
     /// Of those, decided as not taken effect, by which evidence (exact
-    /// offsets, bracketed reads, the guest).
-    pub not_honoured_by: [u64; 3],
+    /// offsets, bracketed reads, the guest, the write's moment).
+    pub not_honoured_by: [u64; 4],
     /// Of those, undecided.
     pub undecided: u64,
     /// Decided by the guest's evidence (KVM's was inconclusive).
@@ -70,6 +70,7 @@ fn index(by: Option<DecidedBy>) -> usize {
         Some(DecidedBy::Offsets) | None => 0,
         Some(DecidedBy::BracketedReads) => 1,
         Some(DecidedBy::Guest) => 2,
+        Some(DecidedBy::WriteMoment) => 3,
     }
 }
 

@@ -285,6 +285,12 @@ fn not_taken_effect(t: &RoundTally, ignored: u64, total: u64) -> String {
             "the bracketed reads show the offsets did not move",
         ),
         (t.not_honoured_by[2], "the guests' TSCs did not jump"),
+        (
+            t.not_honoured_by[3],
+            "KVM moved the TSC by a delta that puts the moment it handled the write before the \
+             guest issued it (TSC_ADJUST's delta against the guest's TSC read just before the \
+             write): the value written was not set, as when writes are snapped to one offset",
+        ),
     ] {
         if k == ignored {
             evidence.push(words.to_string());

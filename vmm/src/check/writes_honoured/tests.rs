@@ -261,3 +261,23 @@ fn the_later_read_alone_catches_recorded_ignored_writes() {
     let f = judged(host_backend(false), HOST_LAST_WRITTEN, true);
     assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
 }
+
+#[test]
+fn writes_snapped_to_one_offset_fail_naming_the_moment_of_the_write() {
+    // KVM moved neither the offset nor TSC_ADJUST, but the guest wrote below the
+    // TSC it had just read: the analysis decided "not taken effect" by the
+    // write's moment (analysis/tests.rs), and check 4 says so.
+    let mut v = vcpu(0, 0, Some(0), None);
+    v.write_honoured = Some(false);
+    v.decided_by = Some(crate::analysis::DecidedBy::WriteMoment);
+    let r = [round(vec![v], Some(false), 0)];
+    let t = RoundTally::of(&r);
+    let f = judge(&t, &[pair(0)], 1_000, KvmFlavor::Svm);
+    assert_eq!(f.verdict, Verdict::Fail, "{}", f.reason);
+    assert!(
+        f.reason.contains("before the guest issued it"),
+        "{}",
+        f.reason
+    );
+    assert_eq!(f.values["not_honoured"], 1);
+}
