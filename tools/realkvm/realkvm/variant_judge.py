@@ -41,7 +41,7 @@ def decider(check):
     """The number that decided a verdict: the reason's first clause, shortened."""
     reason = " ".join(str(check.get("reason", "")).split())
     first = re.split(r"; |: (?=[a-z])", reason, maxsplit=1)[0]
-    return first if len(first) <= 90 else first[:87] + "..."
+    return first if len(first) <= 140 else first[:137] + "..."
 
 
 class Result:
@@ -168,16 +168,16 @@ def markdown(results, variants, machines, release):
             if v.kind == "mutant" and r.ran and not k.get(v.name):
                 killed = "none: a gap"
             lines.append(f"| `{v.name}` | {v.kind} | " + " | ".join(cells) + f" | {killed} | {'ok' if not r.failures else 'MISMATCH'} |")
-        lines.append("")
-        lines.append("What decided each flipped verdict (the check's reason, first clause):")
-        lines.append("")
+        lines += ["", f"What decided each verdict that differs from its base's on {m} (the check's reason, first clause):", "",
+                  "| variant | check | verdict | on its base | what decided it |", "|---|---|---|---|---|"]
         for v, r in rows:
             base = results.get((m, v.base))
             if not r.ran or base is None or not base.ran or v.name == vdata.STOCK:
                 continue
             for n in sorted(r.verdicts):
                 if r.verdicts[n] != base.verdicts.get(n):
-                    lines.append(f"- `{v.name}`, check {n}: {r.verdicts[n]} ({base.verdicts.get(n)} on `{v.base}`): {decider(r.checks[n])}")
+                    why = decider(r.checks[n]).replace("|", "\\|")
+                    lines.append(f"| `{v.name}` | {n} | {r.verdicts[n]} | {base.verdicts.get(n)} | {why} |")
         lines.append("")
     return "\n".join(lines)
 
