@@ -13,6 +13,7 @@ pub const PAGES: &[(&str, &str)] = &[
     ("docs/checks.md", include_str!("../../docs/checks.md")),
     ("docs/kvmclock.md", include_str!("../../docs/kvmclock.md")),
     ("docs/frequency.md", include_str!("../../docs/frequency.md")),
+    ("docs/mutants.md", include_str!("../../docs/mutants.md")),
     (
         "docs/harness-tools.md",
         include_str!("../../docs/harness-tools.md"),
