@@ -47,6 +47,12 @@ fn a_short_watch_reports_every_sample_and_what_the_write_did() {
     validate(&doc, SCHEMA);
     assert_eq!(doc["incomplete"], Value::Null);
     let m = &doc["measured"];
+    // The write waited 2 s (the default) after the VM's creation, sampling.
+    assert_eq!(doc["options"]["settle_ms"], 2000);
+    assert!(
+        !m["settling"].as_array().expect("settling").is_empty(),
+        "{m}"
+    );
     // 0, 0.5, ..., 2 s after the write: five samplings of both vCPUs.
     let ticks = m["ticks"].as_array().expect("ticks");
     assert_eq!(ticks.len(), 5, "{m}");

@@ -174,6 +174,18 @@ pub struct VersionChange {
     pub tsc_timestamp: (u64, u64),
 }
 
+/// A change of the page's version before the write, while the VM settled
+/// (KVM's own updates after the guest enabled kvmclock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct EarlyChange {
+    /// The version before.
+    pub from: u32,
+    /// The version after.
+    pub to: u32,
+    /// When KVM rewrote the page, since the VM was created.
+    pub since_vm: Interval,
+}
+
 /// kvmclock's coming back to real time after being off by the write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Refresh {
@@ -229,6 +241,8 @@ pub struct Input<'a> {
     pub moved_cycles: Option<i64>,
     /// The vCPU's TSC rate, kHz (0: unknown).
     pub khz: u32,
+    /// The samples taken while the VM settled, before the baseline.
+    pub settling: &'a [Sample],
     /// The sample before the write.
     pub baseline: &'a Sample,
     /// The samples after it, in order.
@@ -246,6 +260,8 @@ pub struct Watched {
     pub tsc_moved_cycles: Option<i64>,
     /// That in ns.
     pub tsc_moved_ns: Option<i64>,
+    /// The page's version changes before the write (the baseline included).
+    pub before_write: Vec<EarlyChange>,
     /// Every sample after the write.
     pub points: Vec<Point>,
     /// The offset at the first sample after the write: the jump.
@@ -311,10 +327,23 @@ pub fn analyse(i: &Input<'_>) -> Watched {
         at_write: points.first().map(|p| p.offset),
         watched_for: points.last().map(|p| p.since_write),
         outcome: outcome(i, moved_ns, &points, refresh.is_some()),
+        before_write: early_changes(i),
         points,
         version_changes,
         refresh,
     }
+}
+
+fn early_changes(i: &Input<'_>) -> Vec<EarlyChange> {
+    let all: Vec<&Sample> = i.settling.iter().chain([i.baseline]).collect();
+    all.windows(2)
+        .filter(|w| w[0].version != w[1].version)
+        .map(|w| EarlyChange {
+            from: w[0].version,
+            to: w[1].version,
+            since_vm: window(&i.vm_created, &w[0].host, &w[1].host),
+        })
+        .collect()
 }
 
 /// The baseline as a point (offset 0 by definition, before the write).

@@ -1,12 +1,13 @@
-//! `kvmclock-watch`'s measurement on one command-mode VM: a baseline sample
-//! of every vCPU's kvmclock against the host's CLOCK_MONOTONIC_RAW, one
-//! guest IA32_TSC write on vCPU 0 moving its TSC by [`WRITE_SECONDS`] of
-//! cycles (check 8's write: kvmclock read, `wrmsr`, kvmclock read, in the
-//! guest), then a sample every interval until the duration has passed since
-//! the write. A sample is every vCPU's guest kvmclock read, all resumed
-//! together between two host clock reads, the pvclock pages as the host
-//! reads them right after, the exact TSC offsets, and KVM_GET_CLOCK's flags. A stop request (SIGINT,
-//! SIGTERM) or an error ends the watch with what it had.
+//! `kvmclock-watch`'s measurement on one command-mode VM: samples while
+//! the VM settles ([`Plan::settle_ms`]), a baseline sample of every vCPU's
+//! kvmclock against the host's CLOCK_MONOTONIC_RAW, one guest IA32_TSC
+//! write on vCPU 0 moving its TSC by [`WRITE_SECONDS`] of cycles (check 8's
+//! write: kvmclock read, `wrmsr`, kvmclock read, in the guest), then a
+//! sample every interval until the duration has passed since the write. A
+//! sample is every vCPU's guest kvmclock read, all resumed together between
+//! two host clock reads, the pvclock pages as the host reads them right
+//! after, the exact TSC offsets, and KVM_GET_CLOCK's flags. A stop request
+//! (SIGINT, SIGTERM) or an error ends the watch with what it had.
 
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,11 @@ pub struct Plan {
     pub vcpus: u32,
     /// How long to sample after the write.
     pub seconds: u64,
+    /// How long after the VM's creation the write comes, ms (sampling
+    /// meanwhile): KVM updates every page 100 ms after a vCPU enables
+    /// kvmclock (KVMCLOCK_UPDATE_DELAY), which would end a stale page
+    /// written before it.
+    pub settle_ms: u64,
     /// Between samples, ms.
     pub interval_ms: u64,
     /// The VM's deadline, s.
@@ -80,7 +86,9 @@ pub struct Measured {
     pub khz: u32,
     /// Host time around the VM's creation.
     pub vm_created: Bracket,
-    /// The sampling before the write.
+    /// The samplings while the VM settled, before the baseline.
+    pub settling: Vec<Tick>,
+    /// The sampling right before the write.
     pub baseline: Option<Tick>,
     /// The write.
     pub write: Option<Write>,
@@ -105,6 +113,7 @@ pub fn measure(
     mut on_tick: impl FnMut(&Measured),
 ) -> Result<(Measured, Option<RunError>), StartError> {
     let before = monotonic_raw_ns();
+    let created = Instant::now();
     let mut s = Session::start(plan.vcpus, Duration::from_secs(plan.timeout_s))?;
     let vm_created = Bracket {
         before_ns: before,
@@ -119,12 +128,33 @@ pub fn measure(
         host: HostInfo::collect(s.facts(&initial)),
         khz,
         vm_created,
+        settling: Vec::new(),
         baseline: None,
         write: None,
         ticks: Vec::new(),
     };
-    let error = watch(&mut s, plan, &mut m, &mut on_tick).err();
+    let error = settle(&mut s, plan, created, &mut m)
+        .and_then(|()| watch(&mut s, plan, &mut m, &mut on_tick))
+        .err();
     Ok((m, error))
+}
+
+/// Samples every interval until [`Plan::settle_ms`] has passed since the
+/// VM's creation (`created`).
+fn settle(
+    s: &mut Session,
+    plan: &Plan,
+    created: Instant,
+    m: &mut Measured,
+) -> Result<(), RunError> {
+    let end = created + Duration::from_millis(plan.settle_ms);
+    let every = Duration::from_millis(plan.interval_ms.max(1));
+    while Instant::now() < end {
+        m.settling.push(tick(s)?);
+        let n = u32::try_from(m.settling.len()).unwrap_or(u32::MAX);
+        sleep_until((Instant::now() + every).min(end), n)?;
+    }
+    Ok(())
 }
 
 fn watch(
@@ -139,16 +169,16 @@ fn watch(
     let start = Instant::now();
     let every = Duration::from_millis(plan.interval_ms.max(1));
     let end = Duration::from_secs(plan.seconds);
-    for n in 0u32.. {
+    loop {
         m.ticks.push(tick(s)?);
         on_tick(m);
-        let next = every.saturating_mul(n.saturating_add(1));
+        let n = u32::try_from(m.ticks.len()).unwrap_or(u32::MAX);
+        let next = every.saturating_mul(n);
         if next > end {
             return Ok(());
         }
         sleep_until(start + next, n)?;
     }
-    Ok(())
 }
 
 /// Sleeps until `at`, looking for a stop request every 50 ms.

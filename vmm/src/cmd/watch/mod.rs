@@ -50,6 +50,17 @@ pub fn parse_interval_ms(s: &str) -> Result<u64, String> {
     Ok(n)
 }
 
+/// `--settle-ms`: 0..=60000.
+pub fn parse_settle_ms(s: &str) -> Result<u64, String> {
+    let n: u64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number of milliseconds"))?;
+    if n > 60_000 {
+        return Err("settle for 0..=60000 ms".into());
+    }
+    Ok(n)
+}
+
 /// Options of `kvmclock-watch`.
 #[derive(Debug, Args, Clone)]
 pub struct WatchArgs {
@@ -57,6 +68,12 @@ pub struct WatchArgs {
     /// sync, KVMCLOCK_SYNC_PERIOD, is 300 s after the VM's creation).
     #[arg(long, default_value_t = 330, value_parser = parse_seconds)]
     pub seconds: u64,
+
+    /// Milliseconds between the VM's creation and the write, sampling
+    /// meanwhile (0..=60000): KVM updates every pvclock page 100 ms after a
+    /// vCPU enables kvmclock, which would end a stale page written earlier.
+    #[arg(long, default_value_t = 2_000, value_parser = parse_settle_ms)]
+    pub settle_ms: u64,
 
     /// Milliseconds between samples (10..=60000).
     #[arg(long, default_value_t = 1_000, value_parser = parse_interval_ms)]
@@ -73,8 +90,8 @@ pub struct WatchArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Give up on the VM after this many seconds. Default: the watch plus
-    /// 60 s plus 1 s per vCPU.
+    /// Give up on the VM after this many seconds. Default: the watch and
+    /// the settling plus 60 s plus 1 s per vCPU.
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     pub timeout: Option<Duration>,
 }
@@ -82,10 +99,11 @@ pub struct WatchArgs {
 impl WatchArgs {
     /// What the measurement is asked to do.
     pub fn plan(&self) -> Plan {
-        let default = self.seconds + 60 + u64::from(self.vcpus);
+        let default = self.seconds + self.settle_ms / 1000 + 60 + u64::from(self.vcpus);
         Plan {
             vcpus: self.vcpus,
             seconds: self.seconds,
+            settle_ms: self.settle_ms,
             interval_ms: self.interval_ms,
             timeout_s: self
                 .timeout

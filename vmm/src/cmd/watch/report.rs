@@ -46,6 +46,11 @@ pub fn build(plan: Plan, m: Measured, incomplete: Option<String>) -> Report {
     if let (Some(base), Some(w)) = (&m.baseline, &m.write) {
         for (v, b) in base.vcpus.iter().enumerate() {
             let samples = series(&m, v);
+            let settling: Vec<Sample> = m
+                .settling
+                .iter()
+                .filter_map(|t| t.vcpus.get(v).copied())
+                .collect();
             let moved = match (samples.first().and_then(|s| s.tsc_offset), b.tsc_offset) {
                 (Some(a), Some(b)) => Some(a.wrapping_sub(b) as i64),
                 _ => None,
@@ -57,6 +62,7 @@ pub fn build(plan: Plan, m: Measured, incomplete: Option<String>) -> Report {
                 write: w.host,
                 moved_cycles: moved,
                 khz: m.khz,
+                settling: &settling,
                 baseline: b,
                 samples: &samples,
             }));
@@ -92,10 +98,11 @@ fn off(i: &Interval) -> String {
 fn findings(plan: &Plan, m: &Measured, vcpus: &[Watched], incomplete: Option<&str>) -> Vec<String> {
     let h = &m.host;
     let mut out = vec![format!(
-        "kvmclock-watch: one guest IA32_TSC write on vCPU {WRITER} of {}, every vCPU's kvmclock \
-         against the host's CLOCK_MONOTONIC_RAW every {} ms for {} s after it; {} KVM, kernel \
-         {}, TSC {} kHz, host clocksource {}",
+        "kvmclock-watch: one guest IA32_TSC write on vCPU {WRITER} of {}, {} ms after the VM's \
+         creation, every vCPU's kvmclock against the host's CLOCK_MONOTONIC_RAW every {} ms for \
+         {} s after it; {} KVM, kernel {}, TSC {} kHz, host clocksource {}",
         plan.vcpus,
+        plan.settle_ms,
         plan.interval_ms,
         plan.seconds,
         h.kvm_flavor.name(),
@@ -108,6 +115,25 @@ fn findings(plan: &Plan, m: &Measured, vcpus: &[Watched], incomplete: Option<&st
         None => out.push("the write was not made".into()),
     }
     for w in vcpus {
+        if !w.before_write.is_empty() {
+            let changes: Vec<String> = w
+                .before_write
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} -> {} at {} after the VM's creation",
+                        c.from,
+                        c.to,
+                        when(&c.since_vm)
+                    )
+                })
+                .collect();
+            out.push(format!(
+                "vCPU {} before the write: pvclock version {}",
+                w.vcpu,
+                changes.join(", ")
+            ));
+        }
         out.push(vcpu_words(w));
         for c in &w.version_changes {
             out.push(format!(

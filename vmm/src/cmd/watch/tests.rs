@@ -17,13 +17,13 @@ const MOVE: i64 = 4_000_000_000;
 /// A read starting at host time `t`, kvmclock off real time by `off` at its
 /// midpoint (true since the baseline), page version `version`.
 fn read_at(t: u64, off: i64, version: u32) -> Sample {
-    let real = (t + READ / 2) - (T0 + READ / 2);
+    let real = t as i64 - T0 as i64;
     Sample {
         host: Bracket {
             before_ns: t,
             after_ns: t + READ,
         },
-        kvmclock_ns: (K0 + real).wrapping_add_signed(off),
+        kvmclock_ns: (K0 as i64 + real + off) as u64,
         version,
         page_version: version,
         tsc_offset: Some(0),
@@ -62,6 +62,7 @@ fn watch(samples: &[Sample], moved: Option<i64>, wrote: bool) -> Watched {
         write: write(),
         moved_cycles: moved,
         khz: 1_000_000,
+        settling: &[],
         baseline: &base,
         samples,
     })
@@ -215,6 +216,38 @@ fn without_exact_offsets_the_move_is_unknown_and_nothing_is_stale() {
     assert!(watch(&[], Some(MOVE), true).outcome == Outcome::NothingSampled);
 }
 
+#[test]
+fn version_changes_while_settling_are_kept_apart() {
+    // KVM's update 100 ms after kvmclock was enabled: 2 -> 4 between the
+    // first two settling samples, none after.
+    let settling = [read_at(T0 - 2 * S, 0, 2), read_at(T0 - S, 0, 4)];
+    let base = read_at(T0, 0, 4);
+    let samples = series(3, |_| (MOVE, 4));
+    let w = analyse(&Input {
+        vcpu: 0,
+        wrote: true,
+        vm_created: Bracket {
+            before_ns: T0 - 3 * S,
+            after_ns: T0 - 3 * S + 5_000_000,
+        },
+        write: write(),
+        moved_cycles: Some(MOVE),
+        khz: 1_000_000,
+        settling: &settling,
+        baseline: &base,
+        samples: &samples,
+    });
+    assert_eq!(w.before_write.len(), 1, "{:?}", w.before_write);
+    let c = w.before_write[0];
+    assert_eq!((c.from, c.to), (2, 4));
+    assert_eq!(
+        (c.since_vm.lo_ns, c.since_vm.hi_ns),
+        ((S - 5_000_000) as i64, (2 * S + READ) as i64)
+    );
+    assert!(w.version_changes.is_empty(), "none after the baseline");
+    assert_eq!(w.outcome, Outcome::StaleThroughout);
+}
+
 /// The report's sentence about `w`.
 fn report_words(w: &Watched) -> String {
     report::vcpu_words(w)
@@ -229,4 +262,6 @@ fn the_options_are_bounded_and_say_why() {
     assert!(parse_seconds("1.5").is_err());
     assert_eq!(parse_interval_ms("1000"), Ok(1000));
     assert!(parse_interval_ms("9").is_err() && parse_interval_ms("60001").is_err());
+    assert_eq!(parse_settle_ms("0"), Ok(0));
+    assert!(parse_settle_ms("60001").is_err());
 }
