@@ -1,9 +1,9 @@
 //! The command line: the top-level parser and one module per subcommand,
 //! each holding its options and what it does ([`run`], [`compare`],
-//! [`check`], [`restore`]; [`generate`]: the shell completions and man pages
-//! made from this parser); what they share is in [`common`] (exit codes,
-//! stop handling, the guest image, output files) and [`args`] (value
-//! parsers).
+//! [`check`], [`restore`], [`watch`]: `kvmclock-watch`; [`generate`]: the
+//! shell completions and man pages made from this parser); what they share
+//! is in [`common`] (exit codes, stop handling, the guest image, output
+//! files) and [`args`] (value parsers).
 
 pub mod args;
 pub mod check;
@@ -12,6 +12,7 @@ pub mod compare;
 pub mod generate;
 pub mod restore;
 pub mod run;
+pub mod watch;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -72,6 +73,11 @@ pub enum Cmd {
     /// vCPUs' relative TSC offsets and to the guests' TSCs.
     #[command(after_help = EXIT_CODES)]
     Restore(restore::RestoreArgs),
+    /// One guest IA32_TSC write, then every vCPU's kvmclock against the
+    /// host's clock for a while: how long a pvclock page KVM left stale
+    /// stays stale, and whether kvmclock comes back to real time.
+    #[command(after_help = EXIT_CODES)]
+    KvmclockWatch(watch::WatchArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     /// generated from these options.
     Completions(CompletionsArgs),
@@ -86,6 +92,7 @@ pub fn dispatch(cli: Cli) -> Exit {
         Some(Cmd::Check(args)) => check::main(&args),
         Some(Cmd::Compare(args)) => compare::main(&args),
         Some(Cmd::Restore(args)) => restore::main(&args),
+        Some(Cmd::KvmclockWatch(args)) => watch::main(&args),
         Some(Cmd::Run(args)) => run::main(&args),
         Some(Cmd::Completions(args)) => generate::completions(&args, Cli::command()),
         Some(Cmd::Man(args)) => generate::man(&args, Cli::command()),
