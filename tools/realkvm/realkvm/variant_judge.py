@@ -161,12 +161,14 @@ def markdown(results, variants, machines, release):
             for n in range(1, 14):
                 verdict = r.verdicts.get(n) if r.ran else None
                 cell = SHORT.get(verdict, verdict or "-")
-                if base is not None and base.ran and v.name != vdata.STOCK and verdict != base.verdicts.get(n):
+                if r.ran and base is not None and base.ran and v.name != vdata.STOCK and verdict != base.verdicts.get(n):
                     cell = f"**{cell}**"
                 cells.append(cell)
             killed = ", ".join(str(n) for n in k.get(v.name, [])) if v.kind == "mutant" else ""
             if v.kind == "mutant" and r.ran and not k.get(v.name):
                 killed = "none: a gap"
+            if not r.ran:
+                killed = "did not run: " + (r.failures[0].split("did not run to the end: ", 1)[-1][:80] if r.failures else "?")
             lines.append(f"| `{v.name}` | {v.kind} | " + " | ".join(cells) + f" | {killed} | {'ok' if not r.failures else 'MISMATCH'} |")
         lines += ["", f"What decided each verdict that differs from its base's on {m} (the check's reason, first clause):", "",
                   "| variant | check | verdict | on its base | what decided it |", "|---|---|---|---|---|"]

@@ -179,8 +179,19 @@ def run(argv):
     cache = base.out / "variants"
     mods = {}
     t0 = time.monotonic()
+    unbuilt = {}
     for v in variants.in_order():
-        mods[v.name] = kvariant.build(base, variants, v.name, cache, os.cpu_count() or 1, log)
+        # A variant that does not build here (its patch does not apply to this kernel,
+        # or does not compile) is reported as not run; the others still run.
+        broken = [b.name for b in variants.stack(v.name)[:-1] if b.name in unbuilt]
+        if broken:
+            unbuilt[v.name] = f"its base {broken[0]} did not build"
+            continue
+        try:
+            mods[v.name] = kvariant.build(base, variants, v.name, cache, os.cpu_count() or 1, log)
+        except Fail as e:
+            unbuilt[v.name] = e.message
+            log(f"{v.name}: not built: {e.message.splitlines()[0]}")
     build_variants_s = time.monotonic() - t0
     stage = art / ".stage"
     shutil.rmtree(stage, ignore_errors=True)
@@ -193,14 +204,20 @@ def run(argv):
     for mname in names:
         spec = specs[mname]
         cpus = min(smp, spec.max_cpus)
-        todo = [v.name for v in variants.in_order() if spec.vendor in v.machines]
-        if not todo:
-            log(f"{mname}: no variant for {spec.vendor}")
-            continue
+        mine = [v.name for v in variants.in_order() if spec.vendor in v.machines]
+        todo = [x for x in mine if x not in unbuilt]
         root_ko = spec.kvm_module.replace("_", "-")
         mdir = art / mname
         shutil.rmtree(mdir, ignore_errors=True)
         mdir.mkdir(parents=True)
+        for name in mine:
+            if name in unbuilt:
+                (mdir / name).mkdir()
+                (mdir / name / "not-run.txt").write_text(f"not built for Linux {base.release}: {unbuilt[name]}\n")
+        if not todo:
+            log(f"{mname}: no variant to run for {spec.vendor}")
+            (mdir / "machine.txt").write_text(f"machine={mname}\nvendor={spec.vendor}\nrelease={base.release}\n")
+            continue
         n = 0
         wedged = []
         while todo:
