@@ -5,6 +5,7 @@ the runner swaps modules per group, and the judge holds every verdict to
 its declaration, its base and its numbers."""
 
 import json
+import sys
 import os
 import shutil
 import subprocess
@@ -296,3 +297,21 @@ class Build(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Usage(unittest.TestCase):
+    def test_bad_options_are_refused_before_anything_is_built(self):
+        cases = [
+            (["--machines", "nope"], "no machine 'nope' in machines.toml"),
+            (["--variants", "nope"], "no variant nope in"),
+            (["--base", "/x", "--suite", "trixie"], "--base and --suite: give one"),
+            (["--smp", "0"], "--smp/--vcpus must be an integer from 1 to 64"),
+            (["--boot-timeout", "soon"], "--boot-timeout must be a positive integer"),
+            (["--frobnicate"], "unknown argument '--frobnicate'"),
+            (["--base", "/nonexistent/out"], "no finished build-kernel output"),
+        ]
+        for argv, text in cases:
+            with self.subTest(argv=argv):
+                rc, out = support.run([sys.executable, str(support.ENTRY), "variants", *argv], timeout=60)
+                self.assertEqual(rc, 2, out)
+                self.assertIn(text, out)
