@@ -428,12 +428,12 @@ class Kernel:
                 self.fail(name, verdict, f"a record without a move of the TSC or with a jump that is not its advance "
                           f"minus the time that passed: {json.dumps(w)}")
                 return
-        followed = [w.get("vcpu") for w in control if rederive._followed(w)]
+        followed = [w.get("vcpu") for w in control if rederive.followed(w)]
         if followed:
             self.fail(name, verdict, f"the TSC_ADJUST control's kvmclock followed the TSC on vCPU(s) {followed}: "
                       "that write requests a clock update on every kernel of the matrix")
         self.note(f"check 8: IA32_TSC writes' kvmclock followed the TSC on vCPU(s) "
-                  f"{[w.get('vcpu') for w in writes if rederive._followed(w)]}, versions "
+                  f"{[w.get('vcpu') for w in writes if rederive.followed(w)]}, versions "
                   f"{[w.get('version') for w in writes]}; the TSC_ADJUST control ran on")
 
     def judge_master_clock(self, name, verdict, reason, vals, pairs_of=None):

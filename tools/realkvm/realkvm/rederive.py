@@ -48,7 +48,8 @@ def warp(vals):
     return None
 
 
-def _followed(w):
+def followed(w):
+    """Whether a write record shows kvmclock following the TSC: a jump within FOLLOWED of the move."""
     moved = w.get("tsc_moved_ns")
     adv, elapsed = w.get("kvmclock_advance_ns"), w.get("elapsed_ns")
     if not moved or adv is None or elapsed is None:
@@ -61,7 +62,7 @@ def kvmclock_continuity(vals):
     """Check 8: a kvmclock that followed its write's move (IA32_TSC, or the TSC_ADJUST
     control) -> FAIL; otherwise the tool's tolerance decides."""
     writes = (vals.get("tsc_write") or []) + (vals.get("adjust_write") or [])
-    if any(_followed(w) for w in writes):
+    if any(followed(w) for w in writes):
         return frozenset({"FAIL"})
     return None
 

@@ -125,11 +125,7 @@ def stage_modules(mod_dir, dest, root_ko):
     """kvm.ko and the root module's .ko of a variant, debug info stripped, in `dest`."""
     dest.mkdir(parents=True, exist_ok=True)
     for k in ("kvm.ko", f"{root_ko}.ko"):
-        src = mod_dir / k
-        if shutil.which("strip"):
-            subprocess.run(["strip", "--strip-debug", "-o", str(dest / k), str(src)], check=True)
-        else:
-            shutil.copyfile(src, dest / k)
+        slim(mod_dir / k, dest / k)
 
 
 def last_begun(console):
