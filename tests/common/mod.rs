@@ -8,6 +8,8 @@ pub mod interrupt;
 pub mod ktap;
 #[allow(dead_code)]
 pub mod raw_kvm;
+#[allow(dead_code)]
+pub mod validators;
 
 /// Whether /dev/kvm is usable. Without it a KVM test is skipped with a
 /// message, except when `CI` is set: then this panics, so that CI can never
