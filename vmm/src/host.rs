@@ -37,6 +37,27 @@ impl KvmFlavor {
             KvmFlavor::Unknown => "unknown",
         }
     }
+
+    /// The flavour as `--json` writes it (`vmx`, `svm`, `pvm`, `unknown`).
+    pub fn key(self) -> &'static str {
+        match self {
+            KvmFlavor::Vmx => "vmx",
+            KvmFlavor::Svm => "svm",
+            KvmFlavor::Pvm => "pvm",
+            KvmFlavor::Unknown => "unknown",
+        }
+    }
+
+    /// The kernel module that implements it (`kvm_intel`, `kvm_amd`,
+    /// `kvm_pvm`; `unknown`).
+    pub fn module(self) -> &'static str {
+        match self {
+            KvmFlavor::Vmx => "kvm_intel",
+            KvmFlavor::Svm => "kvm_amd",
+            KvmFlavor::Pvm => "kvm_pvm",
+            KvmFlavor::Unknown => "unknown",
+        }
+    }
 }
 
 /// Identifies the flavour from the loaded modules under `sys_module`
@@ -64,6 +85,19 @@ pub fn kernel_release() -> String {
     // SAFETY: uname NUL-terminates `release` on success.
     let release = unsafe { std::ffi::CStr::from_ptr(uts.release.as_ptr()) };
     release.to_string_lossy().into_owned()
+}
+
+/// This host's name (uname's nodename), `unknown` when uname fails.
+pub fn host_name() -> String {
+    // SAFETY: uname writes into the zeroed struct we pass and nothing else.
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `uts` is a valid, writable utsname.
+    if unsafe { libc::uname(&mut uts) } != 0 {
+        return "unknown".into();
+    }
+    // SAFETY: uname NUL-terminates `nodename` on success.
+    let name = unsafe { std::ffi::CStr::from_ptr(uts.nodename.as_ptr()) };
+    name.to_string_lossy().into_owned()
 }
 
 /// `(major, minor)` of a kernel release string; `None` if it does not start

@@ -1,7 +1,7 @@
 //! The findings every check may give: evidence not measured, a measurement
 //! stopped, and the hypervisor named as context (never as a reason).
 
-use super::report::Finding;
+use super::report::{Finding, NOT_MEASURED};
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 
@@ -19,7 +19,7 @@ pub fn context(flavor: KvmFlavor) -> String {
 
 /// A finding for evidence that was not measured because the run stopped.
 pub fn missing(what: &str) -> Finding {
-    Finding::skip(format!("not measured: the run stopped before the {what}"))
+    Finding::skip(format!("{NOT_MEASURED}: the run stopped before the {what}"))
 }
 
 /// UNDECIDED: the guest has no kvmclock to judge (checks 8 and 9).
@@ -33,5 +33,5 @@ pub fn no_kvmclock() -> Finding {
 
 /// The finding of a check whose measurement was stopped.
 pub fn not_measured(e: &RunError) -> Finding {
-    Finding::skip(format!("not measured: {e}"))
+    Finding::skip(format!("{NOT_MEASURED}: {e}"))
 }

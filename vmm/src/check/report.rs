@@ -21,6 +21,9 @@ pub struct BaselineVerdict {
     pub reason: String,
 }
 
+/// How the reason of a check not measured because the run stopped begins.
+pub const NOT_MEASURED: &str = "not measured";
+
 /// The schema identifier of `check --json`.
 pub const SCHEMA: &str = "tsc-rendezvous/check/v1";
 
@@ -178,6 +181,12 @@ impl CheckResult {
             baseline: None,
             seconds: None,
         }
+    }
+
+    /// Whether this check was not measured because the run stopped (a
+    /// signal): SKIP, saying so.
+    pub fn missed(&self) -> bool {
+        self.verdict == Verdict::Skip && self.reason.starts_with(NOT_MEASURED)
     }
 
     /// Whether this check makes the run fail (a FAIL, or a regression).

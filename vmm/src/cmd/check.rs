@@ -1,12 +1,13 @@
 //! `check`: the regression checks, their report (text, `--json`, `--junit`,
-//! `--ktap`, `--markdown`), the baseline comparison and the exit code: 0
-//! every check passed (or was skipped) and nothing regressed, 1 a check
-//! failed or regressed, 2 the checks could not run, 130/143 stopped by
-//! SIGINT/SIGTERM (what was measured is reported, marked incomplete).
+//! `--ktap`, `--markdown`, `--kcidb`, `--openmetrics`; each file option takes
+//! `-` for stdout), the baseline comparison and the exit code: 0 every check
+//! passed (or was skipped) and nothing regressed, 1 a check failed or
+//! regressed, 2 the checks could not run, 130/143 stopped by SIGINT/SIGTERM
+//! (what was measured is reported, marked incomplete); with
+//! `--kselftest-exit-codes` 4 when every check was skipped or undecided.
 
-use std::io::Write as _;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use clap::Args;
 use tsc_contract::Variant;
@@ -15,13 +16,18 @@ use super::args::{
     parse_one_variant, parse_percent, parse_positive, parse_rounds, parse_timeout, parse_tsc_khz,
     parse_vcpus, TSC_KHZ_HELP,
 };
-use super::common::{cannot_run, create_output, install_stop_handlers, Exit};
+use super::common::{cannot_run, create_output, install_stop_handlers, stdout_once, Exit};
 use crate::check::baseline::DEFAULT_TOLERANCE;
+use crate::check::kcidb::{self, Submission};
+use crate::check::kselftest::{self, Outcome};
 use crate::check::{
-    self, baseline, junit, ktap, markdown, CheckOptions, CheckReport, DEFAULT_EXCHANGES,
+    self, baseline, junit, ktap, markdown, openmetrics, CheckOptions, CheckReport,
+    DEFAULT_EXCHANGES,
 };
+use crate::host::host_name;
 use crate::options::default_timeout;
 use crate::output;
+use crate::output::target::{Atomic, OutputTarget, Sink};
 use crate::stop;
 use crate::tsc::frequency::TscRequest;
 
@@ -63,20 +69,45 @@ pub struct CheckArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Also write a JUnit XML file (one testcase per check).
-    #[arg(long, value_name = "FILE")]
-    pub junit: Option<PathBuf>,
+    /// Also write a JUnit XML file (one testcase per check). Every file
+    /// option takes `-` for stdout: then only that is printed there (one
+    /// such option, not with --json); files are created before anything is
+    /// measured.
+    #[arg(long, value_name = "FILE", value_parser = OutputTarget::parse)]
+    pub junit: Option<OutputTarget>,
 
     /// Also write the results in KTAP version 1, the kernel selftests'
     /// format (one result line per check; SKIP and UNDECIDED as `# SKIP`).
-    #[arg(long, value_name = "FILE")]
-    pub ktap: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", value_parser = OutputTarget::parse)]
+    pub ktap: Option<OutputTarget>,
 
     /// Also write the verdict table as GitHub-flavoured Markdown (for
     /// `$GITHUB_STEP_SUMMARY`): environment, one row per check, totals and
-    /// regressions. Created before anything is measured.
-    #[arg(long, value_name = "FILE")]
-    pub markdown: Option<PathBuf>,
+    /// regressions.
+    #[arg(long, value_name = "FILE", value_parser = OutputTarget::parse)]
+    pub markdown: Option<OutputTarget>,
+
+    /// Also write the run as KernelCI's KCIDB I/O JSON (schema 5.3): the
+    /// running kernel as checkout and build, one test per check.
+    #[arg(long, value_name = "FILE", value_parser = OutputTarget::parse)]
+    pub kcidb: Option<OutputTarget>,
+
+    /// The KCIDB origin (the submitting CI system's name; lower-case
+    /// letters, digits and `_`), the prefix of every id.
+    #[arg(long, value_name = "NAME", default_value = kcidb::DEFAULT_ORIGIN, value_parser = kcidb::parse_origin)]
+    pub kcidb_origin: String,
+
+    /// Also write Prometheus/OpenMetrics gauges for node_exporter's
+    /// textfile collector (a verdict gauge per check and verdict, the
+    /// measured values, the time of the run), replaced atomically.
+    #[arg(long, value_name = "FILE", value_parser = OutputTarget::parse)]
+    pub openmetrics: Option<OutputTarget>,
+
+    /// Exit as a kselftest does: 0 nothing failed and something passed, 1 a
+    /// check failed or regressed, 4 (KSFT_SKIP) every check was skipped or
+    /// undecided. 2 and 130/143 as without it.
+    #[arg(long)]
+    pub kselftest_exit_codes: bool,
 
     /// Compare with an earlier `check --json` result: a check whose verdict
     /// got worse (PASS > UNDECIDED > SKIP > FAIL; PASS to UNDECIDED is no
@@ -116,7 +147,50 @@ pub fn main(args: &CheckArgs) -> Exit {
     }
 }
 
+/// The file outputs, opened before anything is measured.
+struct Outputs {
+    junit: Option<Sink>,
+    ktap: Option<Sink>,
+    markdown: Option<Sink>,
+    kcidb: Option<Sink>,
+    openmetrics: Option<Atomic>,
+}
+
+impl Outputs {
+    /// Opens every file option's target: an unwritable path fails now.
+    fn open(args: &CheckArgs) -> Result<Outputs, Exit> {
+        let open = |t: &Option<OutputTarget>, what| t.as_ref().map(|t| create_output(t, what));
+        Ok(Outputs {
+            junit: open(&args.junit, "JUnit").transpose()?,
+            ktap: open(&args.ktap, "KTAP").transpose()?,
+            markdown: open(&args.markdown, "Markdown").transpose()?,
+            kcidb: open(&args.kcidb, "KCIDB").transpose()?,
+            openmetrics: args
+                .openmetrics
+                .as_ref()
+                .map(|t| {
+                    t.create_atomic().map_err(|e| {
+                        cannot_run(format_args!(
+                            "cannot create the OpenMetrics file {t}: {e}; give a writable path"
+                        ))
+                    })
+                })
+                .transpose()?,
+        })
+    }
+}
+
 fn check(args: &CheckArgs) -> Result<Exit, Exit> {
+    let stdout_taken = stdout_once(
+        args.json,
+        &[
+            ("--junit", args.junit.as_ref()),
+            ("--ktap", args.ktap.as_ref()),
+            ("--markdown", args.markdown.as_ref()),
+            ("--kcidb", args.kcidb.as_ref()),
+            ("--openmetrics", args.openmetrics.as_ref()),
+        ],
+    )?;
     let base = match &args.baseline {
         Some(path) => Some(
             std::fs::read_to_string(path)
@@ -126,11 +200,7 @@ fn check(args: &CheckArgs) -> Result<Exit, Exit> {
         ),
         None => None,
     };
-    // An unwritable --markdown path fails now, not after the measurement.
-    let markdown_file = match &args.markdown {
-        Some(path) => Some((create_output(path, "Markdown")?, path)),
-        None => None,
-    };
+    let outputs = Outputs::open(args)?;
     install_stop_handlers()?;
     let opts = CheckOptions {
         vcpus: args.vcpus,
@@ -144,6 +214,7 @@ fn check(args: &CheckArgs) -> Result<Exit, Exit> {
         tsc: args.tsc_khz,
     };
     let started = Instant::now();
+    let started_at = SystemTime::now();
     let mut report = match check::run_checks(&opts) {
         Ok(r) => r,
         Err(e) => {
@@ -164,13 +235,16 @@ fn check(args: &CheckArgs) -> Result<Exit, Exit> {
             eprintln!("warning: check '{m}' is in the baseline but not in this run");
         }
     }
-    write_files(args, &report, started, markdown_file)?;
-    match output::print(&report, args.json, check::render_text) {
-        Ok(()) => {}
-        Err(e @ output::PrintError::Json(_)) => {
-            return Err(cannot_run(format_args!("the check result: {e}")))
+    let when = (started, started_at);
+    write_files(args, &report, when, outputs)?;
+    if !stdout_taken {
+        match output::print(&report, args.json, check::render_text) {
+            Ok(()) => {}
+            Err(e @ output::PrintError::Json(_)) => {
+                return Err(cannot_run(format_args!("the check result: {e}")))
+            }
+            Err(output::PrintError::Write(_)) => return Ok(Exit::Failed),
         }
-        Err(output::PrintError::Write(_)) => return Ok(Exit::Failed),
     }
     if let Some(why) = &report.incomplete {
         eprintln!("error: {why}");
@@ -178,39 +252,61 @@ fn check(args: &CheckArgs) -> Result<Exit, Exit> {
             return Ok(Exit::Stopped(signal));
         }
     }
-    Ok(if report.ok { Exit::Done } else { Exit::Failed })
+    Ok(
+        match (args.kselftest_exit_codes, kselftest::outcome(&report)) {
+            (true, Outcome::Skip) => Exit::Skipped,
+            (true, Outcome::Fail) => Exit::Failed,
+            (true, Outcome::Pass) => Exit::Done,
+            (false, _) if report.ok => Exit::Done,
+            (false, _) => Exit::Failed,
+        },
+    )
 }
 
-/// Writes the `--junit`, `--ktap` and `--markdown` files of the report.
+/// Writes the file outputs of the report; `when`: the run's start (monotonic
+/// and wall clock).
 fn write_files(
     args: &CheckArgs,
     report: &CheckReport,
-    started: Instant,
-    markdown_file: Option<(std::fs::File, &PathBuf)>,
+    (started, started_at): (Instant, SystemTime),
+    outputs: Outputs,
 ) -> Result<(), Exit> {
-    if let Some(path) = &args.junit {
-        let xml = junit::render(report, started.elapsed().as_secs_f64());
-        std::fs::write(path, xml).map_err(|e| {
-            cannot_run(format_args!(
-                "cannot write the JUnit file {}: {e}",
-                path.display()
-            ))
-        })?;
-    }
-    if let Some(path) = &args.ktap {
-        std::fs::write(path, ktap::render(report)).map_err(|e| {
-            cannot_run(format_args!(
-                "cannot write the KTAP file {}: {e}",
-                path.display()
-            ))
-        })?;
-    }
-    if let Some((mut file, path)) = markdown_file {
-        file.write_all(markdown::render(report).as_bytes())
+    type Text<'a> = &'a dyn Fn() -> Result<String, String>;
+    let write = |sink: Option<Sink>, target: &Option<OutputTarget>, what, text: Text<'_>| {
+        let (Some(mut sink), Some(target)) = (sink, target) else {
+            return Ok(());
+        };
+        text()
+            .and_then(|t| sink.write_text(&t).map_err(|e| e.to_string()))
+            .map_err(|e| cannot_run(format_args!("cannot write the {what} file {target}: {e}")))
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    write(outputs.junit, &args.junit, "JUnit", &|| {
+        Ok(junit::render(report, elapsed))
+    })?;
+    write(outputs.ktap, &args.ktap, "KTAP", &|| {
+        Ok(ktap::render(report))
+    })?;
+    write(outputs.markdown, &args.markdown, "Markdown", &|| {
+        Ok(markdown::render(report))
+    })?;
+    write(outputs.kcidb, &args.kcidb, "KCIDB", &|| {
+        let host = host_name();
+        let s = Submission {
+            origin: &args.kcidb_origin,
+            host: &host,
+            started: started_at,
+        };
+        let doc = kcidb::render(report, &s);
+        serde_json::to_string_pretty(&doc)
+            .map(|t| t + "\n")
+            .map_err(|e| e.to_string())
+    })?;
+    if let (Some(file), Some(target)) = (outputs.openmetrics, &args.openmetrics) {
+        file.commit(&openmetrics::render(report, started_at))
             .map_err(|e| {
                 cannot_run(format_args!(
-                    "cannot write the Markdown file {}: {e}",
-                    path.display()
+                    "cannot write the OpenMetrics file {target}: {e}"
                 ))
             })?;
     }

@@ -1,7 +1,6 @@
 //! What every subcommand shares: exit codes, the stop handling, the checked
 //! guest image and output files that must be writable before anything runs.
 
-use std::fs::File;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -9,6 +8,7 @@ use tsc_contract::layout;
 
 use crate::error::RunError;
 use crate::guest_image;
+use crate::output::target::{OutputTarget, Sink};
 use crate::stop;
 
 /// How a command ended. The exit codes are the same for every subcommand:
@@ -24,6 +24,9 @@ pub enum Exit {
     CannotRun,
     /// Stopped by this signal (what completed is still reported).
     Stopped(i32),
+    /// `check --kselftest-exit-codes`: every check was skipped or undecided
+    /// (kselftest's KSFT_SKIP, 4).
+    Skipped,
 }
 
 impl Exit {
@@ -33,6 +36,7 @@ impl Exit {
             Exit::Done => 0,
             Exit::Failed => 1,
             Exit::CannotRun => 2,
+            Exit::Skipped => 4,
             Exit::Stopped(signal) => stop::exit_code(signal),
         }
     }
@@ -47,13 +51,14 @@ impl Exit {
     }
 
     /// The worse of two ways to end: a signal wins over everything, then
-    /// "could not run", then "failed".
+    /// "could not run", then "failed", then "skipped".
     pub fn worst(self, other: Exit) -> Exit {
         let rank = |e: Exit| match e {
             Exit::Done => 0,
-            Exit::Failed => 1,
-            Exit::CannotRun => 2,
-            Exit::Stopped(_) => 3,
+            Exit::Skipped => 1,
+            Exit::Failed => 2,
+            Exit::CannotRun => 3,
+            Exit::Stopped(_) => 4,
         };
         if rank(other) > rank(self) {
             other
@@ -103,15 +108,36 @@ pub fn load_guest(path: Option<&Path>) -> Result<Option<Vec<u8>>, Exit> {
     Ok(Some(bytes))
 }
 
-/// Creates an output file before anything is measured, so that an unwritable
-/// path fails at once (`what`: "CSV", "plot", "--output", ...).
-pub fn create_output(path: &Path, what: &str) -> Result<File, Exit> {
-    File::create(path).map_err(|e| {
+/// Opens an output before anything is measured, so that an unwritable path
+/// fails at once (`what`: "CSV", "plot", "--output", ...); `-` is stdout.
+pub fn create_output(target: &OutputTarget, what: &str) -> Result<Sink, Exit> {
+    target.create().map_err(|e| {
         cannot_run(format_args!(
-            "cannot create the {what} file {}: {e}; give a writable path",
-            path.display()
+            "cannot create the {what} file {target}: {e}; give a writable path"
         ))
     })
+}
+
+/// Checks that at most one thing writes to standard output: `--json` (when
+/// `json`) or one of `outputs` (option name, its value) given as `-`. Two of
+/// them are a usage error naming both (exit 2). `Ok(true)` when a file
+/// option took stdout (the readable report is then not printed).
+pub fn stdout_once(json: bool, outputs: &[(&str, Option<&OutputTarget>)]) -> Result<bool, Exit> {
+    let mut takers = outputs
+        .iter()
+        .filter(|(_, t)| t.is_some_and(OutputTarget::is_stdout))
+        .map(|(name, _)| format!("{name} -"));
+    let first = takers.next();
+    let second = takers
+        .next()
+        .or_else(|| (json && first.is_some()).then(|| "--json".to_string()));
+    match (first, second) {
+        (Some(a), Some(b)) => Err(cannot_run(format_args!(
+            "{a} and {b} would both write to standard output: give all but one of them \
+             a file name"
+        ))),
+        (first, _) => Ok(first.is_some()),
+    }
 }
 
 /// A note for a report cut short by `error`.
@@ -128,6 +154,7 @@ mod tests {
         assert_eq!(Exit::Done.code(), 0);
         assert_eq!(Exit::Failed.code(), 1);
         assert_eq!(Exit::CannotRun.code(), 2);
+        assert_eq!(Exit::Skipped.code(), 4);
         assert_eq!(Exit::Stopped(libc::SIGINT).code(), 130);
         assert_eq!(Exit::Stopped(libc::SIGTERM).code(), 143);
     }
@@ -145,5 +172,24 @@ mod tests {
         assert_eq!(Exit::Failed.worst(Exit::Done), Exit::Failed);
         assert_eq!(Exit::Failed.worst(Exit::Stopped(2)), Exit::Stopped(2));
         assert_eq!(Exit::Stopped(2).worst(Exit::CannotRun), Exit::Stopped(2));
+    }
+
+    #[test]
+    fn only_one_thing_writes_to_stdout() {
+        let dash = OutputTarget::Stdout;
+        let file = OutputTarget::File("x".into());
+        assert_eq!(stdout_once(true, &[("--ktap", Some(&file))]), Ok(false));
+        assert_eq!(
+            stdout_once(false, &[("--ktap", Some(&dash)), ("--junit", None)]),
+            Ok(true)
+        );
+        assert_eq!(
+            stdout_once(false, &[("--ktap", Some(&dash)), ("--kcidb", Some(&dash))]),
+            Err(Exit::CannotRun)
+        );
+        assert_eq!(
+            stdout_once(true, &[("--ktap", Some(&dash))]),
+            Err(Exit::CannotRun)
+        );
     }
 }

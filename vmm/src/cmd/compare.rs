@@ -5,7 +5,6 @@
 //! into `--plot` whatever stopped it. A comparison runs a number of rounds
 //! or, with `--duration`, for a time; its memory does not grow with either.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -17,14 +16,17 @@ use super::args::{
     parse_summary_every, parse_timeout, parse_tsc_khz, parse_variant_list, parse_vcpus,
     parse_windows, VariantList, TSC_KHZ_HELP, TSC_KHZ_NEEDS_KVM,
 };
-use super::common::{cannot_run, create_output, install_stop_handlers, load_guest, Exit};
+use super::common::{
+    cannot_run, create_output, install_stop_handlers, load_guest, stdout_once, Exit,
+};
 use super::run::host_backend_refuses;
 use crate::compare::{
-    draw_plot, measure, render_text, ByTime, CompareOptions, CsvWriter, Partial, SummaryRecord,
+    measure, render_plot, render_text, ByTime, CompareOptions, CsvWriter, Partial, SummaryRecord,
     Tallies,
 };
 use crate::options::{default_round_timeout, default_timeout, Backend, Injection, MAX_ROUNDS};
 use crate::output::progress::{self, ProgressLine};
+use crate::output::target::{OutputTarget, Sink};
 use crate::report::summary::{self, Every};
 use crate::tsc::frequency::TscRequest;
 
@@ -80,19 +82,21 @@ pub struct CompareArgs {
 
     /// Write the raw data, one row per measured round and vCPU, to this CSV
     /// file, as the rounds are measured.
-    #[arg(long, value_name = "PATH")]
-    pub csv: Option<PathBuf>,
+    #[arg(long, value_name = "PATH", value_parser = OutputTarget::parse)]
+    pub csv: Option<OutputTarget>,
 
     /// Draw the distributions (CDFs) into this SVG file.
-    #[arg(long, value_name = "PATH")]
-    pub plot: Option<PathBuf>,
+    #[arg(long, value_name = "PATH", value_parser = OutputTarget::parse)]
+    pub plot: Option<OutputTarget>,
 
     /// Stream one JSON line per measured round to FILE (schema
     /// `tsc-rendezvous/round/v1`, as `run --output`), and every
     /// --summary-every minutes a summary record of the statistics so far
-    /// (schema `tsc-rendezvous/summary/v1`).
-    #[arg(long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    /// (schema `tsc-rendezvous/summary/v1`). `-` for any of --csv, --plot,
+    /// --output writes it to stdout instead (one of them, not with --json;
+    /// the readable report is then not printed).
+    #[arg(long, value_name = "FILE", value_parser = OutputTarget::parse)]
+    pub output: Option<OutputTarget>,
 
     /// With --output: write a summary record into it every this many
     /// minutes (fractions allowed); default 10.
@@ -201,7 +205,7 @@ pub fn main(args: &CompareArgs) -> Exit {
 
 /// Writes JSON lines to `--output`, flushed as they go.
 struct Lines {
-    out: BufWriter<File>,
+    out: BufWriter<Sink>,
 }
 
 impl Lines {
@@ -266,6 +270,14 @@ impl CompareArgs {
 }
 
 fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
+    stdout_once(
+        args.json,
+        &[
+            ("--csv", args.csv.as_ref()),
+            ("--plot", args.plot.as_ref()),
+            ("--output", args.output.as_ref()),
+        ],
+    )?;
     args.validate().map_err(cannot_run)?;
     if args.backend == Backend::Host {
         host_backend_refuses(args.guest.is_some(), args.inject.is_some()).map_err(cannot_run)?;
@@ -282,15 +294,17 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
     // Fail before measuring when an output cannot be written.
     let csv_file = args
         .csv
-        .as_deref()
+        .as_ref()
         .map(|p| create_output(p, "CSV"))
         .transpose()?;
-    if let Some(p) = &args.plot {
-        create_output(p, "plot")?;
-    }
+    let plot_file = args
+        .plot
+        .as_ref()
+        .map(|p| create_output(p, "plot"))
+        .transpose()?;
     let mut lines = args
         .output
-        .as_deref()
+        .as_ref()
         .map(|p| create_output(p, "--output"))
         .transpose()?
         .map(|f| Lines {
@@ -373,7 +387,7 @@ fn compare(args: &CompareArgs) -> Result<Exit, Exit> {
         };
     let measured = measure(&opts, by_time, &mut on_round);
     progress.clear();
-    Ok(finish(args, &opts, measured, csv_error))
+    Ok(finish(args, &opts, measured, csv_error, plot_file))
 }
 
 /// Reports what was measured, however the measurement ended: the report
@@ -383,6 +397,7 @@ fn finish(
     opts: &CompareOptions,
     measured: Result<crate::compare::Measured, Partial>,
     csv_error: Option<String>,
+    plot_file: Option<Sink>,
 ) -> Exit {
     let seed = opts.seed;
     let (data, failure) = match measured {
@@ -407,17 +422,24 @@ fn finish(
     });
     let report = crate::compare::analyse_measured(opts, &data, incomplete);
     let mut exit = Exit::Done;
-    if let (Some(e), Some(path)) = (&csv_error, &args.csv) {
-        eprintln!("error: writing {} failed: {e}", path.display());
+    if let (Some(e), Some(target)) = (&csv_error, &args.csv) {
+        eprintln!("error: writing {target} failed: {e}");
         exit = Exit::Failed;
     }
-    if let Some(path) = &args.plot {
-        if let Err(e) = draw_plot(path, &report, &data) {
-            eprintln!("error: drawing {} failed: {e}", path.display());
+    if let (Some(mut sink), Some(target)) = (plot_file, &args.plot) {
+        let drawn = render_plot(&report, &data)
+            .and_then(|svg| sink.write_text(&svg).map_err(|e| e.to_string()));
+        if let Err(e) = drawn {
+            eprintln!("error: drawing {target} failed: {e}");
             exit = Exit::Failed;
         }
     }
-    if let Err(e) = crate::output::print(&report, args.json, render_text) {
+    let stdout_taken = [&args.csv, &args.plot, &args.output]
+        .iter()
+        .any(|t| t.as_ref().is_some_and(OutputTarget::is_stdout));
+    if stdout_taken {
+        // Stdout carries that output alone.
+    } else if let Err(e) = crate::output::print(&report, args.json, render_text) {
         if let crate::output::PrintError::Json(_) = e {
             eprintln!("error: the report: {e}");
         }

@@ -142,7 +142,14 @@ mod tests {
             "--tolerance",
             "20%",
         ]);
-        assert_eq!(c.junit.as_deref(), Some(std::path::Path::new("checks.xml")));
+        assert_eq!(
+            c.junit.as_ref().and_then(|t| t.path()),
+            Some(std::path::Path::new("checks.xml"))
+        );
+        let k = check_args(&["check", "--ktap", "-", "--kcidb-origin", "lab_7"]);
+        assert!(k.ktap.as_ref().is_some_and(|t| t.is_stdout()));
+        assert_eq!(k.kcidb_origin, "lab_7");
+        assert!(parse(&["check", "--kcidb-origin", "My-Lab"]).is_err());
         assert_eq!(
             (c.max_skew_ns, c.tolerance, c.json),
             (Some(50000.0), 20.0, true)
@@ -254,7 +261,12 @@ mod tests {
             c.variants,
             VariantList(vec![Variant::Xen415, Variant::XenHead])
         );
-        assert_eq!(c.plot, Some(PathBuf::from("compare.svg")));
+        assert_eq!(
+            c.plot,
+            Some(crate::output::target::OutputTarget::File(PathBuf::from(
+                "compare.svg"
+            )))
+        );
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub use analyse::{analyse, analyse_measured, p_text};
 pub use csv::CsvWriter;
 pub use measure::{measure, ByTime, Partial};
 pub use plan::{Blocks, VmSchedule};
-pub use plot::draw_plot;
+pub use plot::{draw_plot, render_plot};
 pub use text::render_text;
 
 /// The schema identifier of `compare --json` (`vmm/schema/compare-v1.json`).

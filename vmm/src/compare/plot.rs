@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 use std::path::Path;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::stats::distribution::Distribution;
@@ -161,7 +162,33 @@ pub fn draw_plot<D: PlotData + ?Sized>(
     report: &CompareReport,
     data: &D,
 ) -> Result<(), String> {
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    draw(
+        SVGBackend::new(path, SIZE).into_drawing_area(),
+        report,
+        data,
+    )
+}
+
+/// As [`draw_plot`], returning the SVG document (for `--plot -`).
+pub fn render_plot<D: PlotData + ?Sized>(
+    report: &CompareReport,
+    data: &D,
+) -> Result<String, String> {
+    let mut svg = String::new();
+    draw(
+        SVGBackend::with_string(&mut svg, SIZE).into_drawing_area(),
+        report,
+        data,
+    )?;
+    Ok(svg)
+}
+
+/// Draws the plot on `root`.
+fn draw<D: PlotData + ?Sized>(
+    root: DrawingArea<SVGBackend<'_>, Shift>,
+    report: &CompareReport,
+    data: &D,
+) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let title = format!(
         "tsc-rendezvous compare: {} vCPU(s), {} rounds per variant, seed {} ({} host)",

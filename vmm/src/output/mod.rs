@@ -1,10 +1,14 @@
 //! What every command writes with: printing a report (JSON or text) to
-//! standard output, the progress line of a long run ([`progress`]), and the
+//! standard output, the progress line of a long run ([`progress`]), the
 //! lines every report shares ([`lines`]: `--output` round lines, the
-//! precision of bounded statistics, the initial skew, the spin breaker).
+//! precision of bounded statistics, the initial skew, the spin breaker) and
+//! where a file option writes ([`target`]: a file, or `-` for stdout) and
+//! wall-clock times as outputs write them ([`time`]).
 
 pub mod lines;
 pub mod progress;
+pub mod target;
+pub mod time;
 
 use serde::Serialize;
 

@@ -20,7 +20,8 @@ use super::args::{
     VariantChoice, TSC_KHZ_HELP, TSC_KHZ_NEEDS_KVM,
 };
 use super::common::{
-    cannot_run, create_output, incomplete_note, install_stop_handlers, load_guest, Exit,
+    cannot_run, create_output, incomplete_note, install_stop_handlers, load_guest, stdout_once,
+    Exit,
 };
 use crate::error::RunError;
 use crate::host::HostInfo;
@@ -29,6 +30,7 @@ use crate::options::{
 };
 use crate::options::{FIRST_WINDOW_MS, WINDOW_MS};
 use crate::output::progress::{self, ProgressLine};
+use crate::output::target::OutputTarget;
 use crate::report::summary::{self, Every, RunEntry, RunRecord};
 use crate::report::{self, Report, VariantAccumulator, VariantReport};
 use crate::run::{self, Repeat, RunFacts};
@@ -95,8 +97,9 @@ pub struct RunArgs {
     /// failed run keeps every round it measured; and every --summary-every
     /// minutes a summary record of the statistics so far (schema
     /// `tsc-rendezvous/summary/v1`).
-    #[arg(long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    /// `-` streams them to stdout (then no readable report; not with --json).
+    #[arg(long, value_name = "FILE", value_parser = OutputTarget::parse)]
+    pub output: Option<OutputTarget>,
 
     /// With --output: write a summary record (the statistics so far) into it
     /// every this many minutes (fractions allowed); default 10.
@@ -295,6 +298,7 @@ impl Outputs {
 }
 
 fn prepare_and_run(args: &RunArgs) -> Result<Exit, Exit> {
+    let stdout_taken = stdout_once(args.json, &[("--output", args.output.as_ref())])?;
     let image = load_guest(args.guest.as_deref())?;
     let out = match &args.output {
         Some(path) => Some(BufWriter::new(create_output(path, "--output")?)),
@@ -368,7 +372,8 @@ fn prepare_and_run(args: &RunArgs) -> Result<Exit, Exit> {
         }
         Json::Off | Json::Pending => {}
     }
-    if let (false, Some(host)) = (args.json, host.filter(|_| !runs.is_empty())) {
+    let readable = !args.json && !stdout_taken;
+    if let (true, Some(host)) = (readable, host.filter(|_| !runs.is_empty())) {
         let report = Report {
             tool_version: env!("CARGO_PKG_VERSION"),
             host,

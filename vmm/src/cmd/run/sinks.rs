@@ -2,17 +2,17 @@
 //! the `--json` document on stdout, each begun only when there is something
 //! to write.
 
-use std::fs::File;
 use std::io::{BufWriter, Stdout, Write};
 
 use crate::analysis::RoundResult;
+use crate::output::target::Sink;
 use crate::report::stream::{JsonStream, RunTail};
 use crate::report::VariantReport;
 
 /// The `--output` stream: one JSON line per completed round, flushed at once,
 /// and the summary records.
 pub(super) struct Stream {
-    pub(super) out: Option<BufWriter<File>>,
+    pub(super) out: Option<BufWriter<Sink>>,
     pub(super) vcpus: u32,
 }
 
