@@ -490,6 +490,31 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests() {
         "promtool test rules",
     );
     assert_ok(&out, "promtool test rules");
+    // The unit tests catch a regression rule that forgets the kernel: without
+    // its `unless` clause a host that turned to FAIL on one kernel fires it.
+    let rules = read(&dir.join("alerts.yml"));
+    let clause = "            unless on (instance, check, kernel_release)\n            tsc_rendezvous_check_verdict{verdict=\"fail\"}\n";
+    assert!(
+        rules.contains(clause),
+        "alerts.yml changed: update this test"
+    );
+    let mutant = std::env::temp_dir().join(format!("tsc-routes-{}-rules", std::process::id()));
+    std::fs::create_dir_all(&mutant).expect("a temporary directory");
+    std::fs::write(mutant.join("alerts.yml"), rules.replace(clause, "")).expect("rules");
+    copy(
+        &dir.join("alerts_test.yml"),
+        &mutant.join("alerts_test.yml"),
+    );
+    let out = run(
+        Command::new(&promtool)
+            .args(["test", "rules", "alerts_test.yml"])
+            .current_dir(&mutant),
+        "promtool test rules",
+    );
+    assert!(
+        !out.status.success(),
+        "the rule tests pass a rule without `unless`"
+    );
 }
 
 #[test]
@@ -550,6 +575,21 @@ fn the_systemd_units_pass_systemd_analyze_verify() {
         String::from_utf8_lossy(&out.stderr)
     );
     let service = read(&units[0]);
+    assert!(
+        service.contains("\nSuccessExitStatus=1\n"),
+        "exit 1 is a run that wrote the metrics"
+    );
+    let timer = read(&units[1]);
+    for line in [
+        "OnBootSec=5min",
+        "OnCalendar=hourly",
+        "RandomizedDelaySec=15min",
+    ] {
+        assert!(
+            timer.contains(&format!("\n{line}\n")),
+            "the timer lacks {line}"
+        );
+    }
     assert!(service
         .contains(" check --openmetrics /var/lib/prometheus/node-exporter/tsc_rendezvous.prom"));
 }
@@ -579,10 +619,207 @@ fn the_installers_refuse_bad_usage_with_exit_2() {
         assert_eq!(out.status.code(), Some(2), "{script}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("usage:"));
     }
+    // A package apt does not have: named, with what to do.
+    let out = run(
+        Command::new("bash")
+            .arg(root().join("tools/kselftest/install-runner.sh"))
+            .arg(std::env::temp_dir().join("tsc-routes-no-runner"))
+            .env("LINUX_SOURCE", "linux-source-0.0"),
+        "install-runner.sh",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("apt has no installable version of linux-source-0.0: run apt-get update"),
+        "{err}"
+    );
     let out = run(
         Command::new(root().join("tools/lava/run-check.sh")).arg("--bogus"),
         "run-check.sh",
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown argument '--bogus'"));
+}
+
+/// The lines of docs/fleet.md and docs/ci.md inside code blocks.
+fn doc_code_lines() -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    for (page, text) in common::docs::PAGES {
+        if !matches!(*page, "docs/fleet.md" | "docs/ci.md") {
+            continue;
+        }
+        let mut code = false;
+        for line in text.lines() {
+            if line.starts_with("```") {
+                code = !code;
+            } else if code {
+                out.push((*page, line.to_string()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_routes_docs_show_what_this_code_writes() {
+    let Some(r) = the_run() else { return };
+    let text = read(&r.openmetrics);
+    let written: Vec<(String, Vec<String>)> = text
+        .lines()
+        .filter_map(sample)
+        .map(|(n, l, _)| (n.to_string(), l.into_keys().collect()))
+        .collect();
+    let numbered = numbered(&r.ktap);
+    let (mut metrics, mut signals, mut runner, mut kcidb) = (0, 0, 0, 0);
+    for (page, line) in doc_code_lines() {
+        let line = line.trim();
+        if line.starts_with("# HELP tsc_rendezvous_") || line.starts_with("# TYPE tsc_rendezvous_")
+        {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{page}: `{line}` is not written"
+            );
+        } else if let Some((name, labels, _)) =
+            sample(line).filter(|(n, _, _)| n.starts_with("tsc_rendezvous_"))
+        {
+            let keys: Vec<String> = labels.into_keys().collect();
+            assert!(
+                written.iter().any(|(n, k)| n == name && *k == keys),
+                "{page}: `{line}`: no {name} with the labels {keys:?} in what the check writes:\n{text}"
+            );
+            metrics += 1;
+        } else if let Some(rest) = line.strip_prefix("<LAVA_SIGNAL_TESTCASE TEST_CASE_ID=") {
+            let (name, result) = rest
+                .trim_end_matches('>')
+                .split_once(" RESULT=")
+                .unwrap_or_else(|| panic!("{page}: `{line}`"));
+            let known = numbered
+                .iter()
+                .enumerate()
+                .any(|(i, (id, _))| name == format!("{}-{id}", i + 1));
+            assert!(known, "{page}: `{line}` names no check");
+            assert!(
+                ["pass", "fail", "skip", "unknown"].contains(&result),
+                "{line}"
+            );
+            signals += 1;
+        } else if line.contains("selftests: tsc_rendezvous: tsc_rendezvous_check.sh")
+            && !line.starts_with('#')
+        {
+            let ok = [
+                "ok 1 selftests: tsc_rendezvous: tsc_rendezvous_check.sh",
+                "ok 1 selftests: tsc_rendezvous: tsc_rendezvous_check.sh # SKIP",
+                "not ok 1 selftests: tsc_rendezvous: tsc_rendezvous_check.sh # exit=1",
+            ];
+            assert!(
+                ok.contains(&line),
+                "{page}: `{line}` is no line of the runner"
+            );
+            runner += 1;
+        } else if let Some((_, rest)) = line.split_once("\"path\": \"tsc_rendezvous.") {
+            let id = rest.split('"').next().unwrap_or_default();
+            assert!(
+                r.verdicts.contains_key(id),
+                "{page}: `{line}` names no check"
+            );
+            kcidb += 1;
+        }
+    }
+    assert!(metrics >= 3, "docs show {metrics} OpenMetrics samples");
+    assert!(signals >= 3, "docs show {signals} LAVA test cases");
+    assert!(runner >= 1, "docs show no result of the kselftest runner");
+    assert!(kcidb >= 1, "docs show no KCIDB test");
+}
+
+/// What docs/fleet.md warns of: kselftest's runner writes through two
+/// descriptors, so redirected into a plain file its result line overwrites
+/// the start of the nested output; piped, every line arrives. A selftest of
+/// three lines shows it, without KVM.
+#[test]
+fn the_kselftest_runner_garbles_a_file_but_not_a_pipe() {
+    let Some(runner) = validators::or_skip(Validator::KselftestRunner) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("tsc-routes-{}-demo", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("kselftest")).expect("a temporary directory");
+    std::fs::create_dir_all(dir.join("demo")).expect("a temporary directory");
+    for f in [
+        "run_kselftest.sh",
+        "kselftest/runner.sh",
+        "kselftest/prefix.pl",
+        "kselftest/ktap_helpers.sh",
+    ] {
+        copy(&runner.join(f), &dir.join(f));
+    }
+    let nested = "ok 1 a-nested-result-long-enough-to-be-overwritten";
+    let test = dir.join("demo/t.sh");
+    std::fs::write(
+        &test,
+        format!("#!/bin/sh\necho 'KTAP version 1'\necho '1..1'\necho '{nested}'\n"),
+    )
+    .expect("the selftest");
+    assert_ok(
+        &run(Command::new("chmod").arg("+x").arg(&test), "chmod"),
+        "chmod",
+    );
+    std::fs::write(dir.join("kselftest-list.txt"), "demo:t.sh\n").expect("the list");
+    let piped = run(
+        &mut Command::new(dir.join("run_kselftest.sh")),
+        "run_kselftest.sh",
+    );
+    let piped = String::from_utf8_lossy(&piped.stdout).into_owned();
+    assert!(piped.lines().any(|l| l == format!("# {nested}")), "{piped}");
+    assert!(
+        piped.lines().any(|l| l == "ok 1 selftests: demo: t.sh"),
+        "{piped}"
+    );
+    let file = dir.join("out.txt");
+    let out = std::fs::File::create(&file).expect("the output file");
+    let status = Command::new(dir.join("run_kselftest.sh"))
+        .stdout(out)
+        .status()
+        .expect("run_kselftest.sh runs");
+    assert!(status.success());
+    let garbled = read(&file);
+    assert!(
+        garbled.lines().any(|l| l == "ok 1 selftests: demo: t.sh"),
+        "{garbled}"
+    );
+    assert!(
+        !garbled.lines().any(|l| l == format!("# {nested}")),
+        "the runner no longer garbles a file: update docs/fleet.md\n{garbled}"
+    );
+}
+
+#[test]
+fn run_check_sh_fails_without_a_result_line_or_lava_test_case() {
+    let script = root().join("tools/lava/run-check.sh");
+    let empty = std::env::temp_dir().join(format!("tsc-routes-{}-empty.ktap", std::process::id()));
+    std::fs::write(&empty, "KTAP version 1\n1..0\n").expect("a KTAP without results");
+    // Not in LAVA's test shell: said, exit 1.
+    let out = run(
+        Command::new(&script)
+            .arg("--ktap")
+            .arg(&empty)
+            .env("PATH", "/usr/bin:/bin"),
+        "run-check.sh",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lava-test-case is not on PATH"));
+    let Some(bin) = validators::or_skip(Validator::LavaTestCase) else {
+        return;
+    };
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let out = run(
+        Command::new(&script)
+            .arg("--ktap")
+            .arg(&empty)
+            .env("PATH", path)
+            .env("LAVA_RESULT_DIR", empty.with_extension("lava")),
+        "run-check.sh",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no result line in"), "{err}");
 }
