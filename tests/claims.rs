@@ -376,6 +376,36 @@
 //! | docs/troubleshooting.md | "exit 1, `vCPU K reported the end of round" | `faults::a_vcpu_reporting_the_wrong_round_is_refused` |
 //! | docs/troubleshooting.md | "exit 1, `vCPU K reported it had finished every" | `faults::a_vcpu_that_finishes_early_is_refused` |
 //! | docs/troubleshooting.md | "Two environment variables exist only for the tests of" | `cli::a_device_that_is_not_kvm_is_named`, `cli::a_kvm_lacking_a_capability_names_it` |
+//! | docs/troubleshooting.md | "`.ci/run` installs the tools that prove the routes of" | `claims::ci_installs_the_routes_validators_before_the_tests`, `routes::a_missing_validator_skips_without_ci_and_fails_with_it`, `claims::ci_runs_every_step_the_readme_names` |
+//! | docs/troubleshooting.md | "`warning: prometheus 2.42.0+ds-5+deb12u1 is not installable here`" | `claims::ci_installs_the_routes_validators_before_the_tests` |
+//! | docs/troubleshooting.md | "`install-runner.sh: apt knows no linux-source-X.Y package`" | `routes::the_installers_refuse_bad_usage_with_exit_2` |
+//! | docs/troubleshooting.md | "`install-runner.sh: apt-get download ... failed`" | `routes::the_installers_refuse_bad_usage_with_exit_2`, `routes::the_kselftest_runner_runs_the_check_and_reports_its_outcome` |
+//! | docs/troubleshooting.md | "(a kernel older than 6.1?)" | `routes::the_kselftest_runner_runs_the_check_and_reports_its_outcome`, `claims::ci_installs_the_routes_validators_before_the_tests` |
+//! | docs/troubleshooting.md | "`Could not get lock /var/lib/dpkg/lock-frontend`" | `claims::ci_installs_the_routes_validators_before_the_tests` |
+//! | docs/troubleshooting.md | "`pip install ... kcidb-io==141` fails" | `claims::ci_installs_the_routes_validators_before_the_tests`, `routes::the_kcidb_file_passes_kcidb_ios_validator_with_one_test_per_check` |
+//! | README.md | "Beyond one repository, `check` runs as a kselftest under" | `routes::the_kselftest_runner_runs_the_check_and_reports_its_outcome`, `routes::run_check_sh_reports_one_lava_case_per_check_through_lavas_lava_test_case`, `routes::the_kcidb_file_passes_kcidb_ios_validator_with_one_test_per_check`, `routes::the_openmetrics_file_passes_promtool_with_one_verdict_per_check`, `routes::the_alert_rules_pass_promtool_and_their_unit_tests`, `routes::the_systemd_units_pass_systemd_analyze_verify` |
+//! | docs/fleet.md | "One host's verdicts leave it by three routes" | `routes::the_kselftest_runner_runs_the_check_and_reports_its_outcome`, `routes::the_openmetrics_file_passes_promtool_with_one_verdict_per_check`, `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/fleet.md | "- **Kernel CI** (KernelCI, Linaro's LKFT, any LAVA lab)" | `routes::the_kselftest_runner_runs_the_check_and_reports_its_outcome`, `routes::run_check_sh_reports_one_lava_case_per_check_through_lavas_lava_test_case`, `routes::the_kcidb_file_passes_kcidb_ios_validator_with_one_test_per_check` |
+//! | docs/fleet.md | "- **A fleet** (Prometheus): a systemd timer or a cron line" | `routes::the_openmetrics_file_passes_promtool_with_one_verdict_per_check`, `routes::the_systemd_units_pass_systemd_analyze_verify`, `routes::the_alert_rules_pass_promtool_and_their_unit_tests` |
+//! | docs/fleet.md | "- **A repository's CI** (GitHub Actions): the action of" | `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/fleet.md | "Every file below is proven with the route's own tool" | `routes::the_kselftest_runner_runs_the_check_and_reports_its_outcome`, `routes::the_kcidb_file_passes_kcidb_ios_validator_with_one_test_per_check`, `routes::the_openmetrics_file_passes_promtool_with_one_verdict_per_check`, `routes::the_alert_rules_pass_promtool_and_their_unit_tests`, `routes::the_systemd_units_pass_systemd_analyze_verify`, `routes::the_lava_definition_and_job_pass_lava_commons_schemas`, `routes::run_check_sh_reports_one_lava_case_per_check_through_lavas_lava_test_case`, `routes::a_missing_validator_skips_without_ci_and_fails_with_it`, `claims::ci_installs_the_routes_validators_before_the_tests` |
+//! | docs/fleet.md | "is a kselftest collection, `tsc_rendezvous`:" | `routes::the_kselftest_runner_runs_the_check_and_reports_its_outcome` |
+//! | docs/fleet.md | "is a test definition in Linaro's test-definitions format" | `routes::the_lava_definition_and_job_pass_lava_commons_schemas`, `routes::run_check_sh_reports_one_lava_case_per_check_through_lavas_lava_test_case` |
+//! | docs/fleet.md | "`check --kcidb FILE` writes the run as KCIDB I/O JSON" | `routes::the_kcidb_file_passes_kcidb_ios_validator_with_one_test_per_check` |
+//! | docs/fleet.md | "`check --openmetrics FILE` writes node_exporter's textfile format" | `routes::the_openmetrics_file_passes_promtool_with_one_verdict_per_check`, `routes::the_alert_rules_query_what_the_check_writes` |
+//! | docs/fleet.md | "On each host, as root, with Debian's `prometheus-node-exporter`" | `routes::the_systemd_units_pass_systemd_analyze_verify` |
+//! | docs/fleet.md | "five minutes after every boot" | `routes::the_systemd_units_pass_systemd_analyze_verify` |
+//! | docs/fleet.md | "`TscRendezvousCheckFailing`: a check FAILs on some hosts for 2 hours" | `routes::the_alert_rules_pass_promtool_and_their_unit_tests`, `routes::the_alert_rules_query_what_the_check_writes` |
+//! | docs/fleet.md | "`TscRendezvousCheckRegressedAfterKernelUpdate`: a check FAILs on a host" | `routes::the_alert_rules_pass_promtool_and_their_unit_tests`, `routes::the_alert_rules_query_what_the_check_writes` |
+//! | docs/fleet.md | "The tests run `promtool check rules` on them and" | `routes::the_alert_rules_pass_promtool_and_their_unit_tests` |
+//! | docs/fleet.md | "On this machine (PVM, where the guest's TSC writes are ignored: five checks FAIL)" | `routes::the_kselftest_runner_runs_the_check_and_reports_its_outcome`, `routes::the_routes_docs_show_what_this_code_writes` |
+//! | docs/fleet.md | "Pipe the runner's output (`| cat`, `| tee FILE`) rather than redirecting it" | `routes::the_kselftest_runner_garbles_a_file_but_not_a_pipe`, `routes::the_kselftest_runner_runs_the_check_and_reports_its_outcome` |
+//! | docs/fleet.md | "`run-check.sh --ktap FILE` reports the cases of a KTAP file" | `routes::run_check_sh_reports_one_lava_case_per_check_through_lavas_lava_test_case`, `routes::run_check_sh_fails_without_a_result_line_or_lava_test_case`, `routes::the_installers_refuse_bad_usage_with_exit_2` |
+//! | docs/ci.md | "The GitHub Action below is one of three routes" | `routes::the_kselftest_runner_runs_the_check_and_reports_its_outcome`, `routes::the_openmetrics_file_passes_promtool_with_one_verdict_per_check`, `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "- **kernel CI** (KernelCI, LAVA labs, kselftest): `check --ktap -`" | `routes::the_kselftest_runner_runs_the_check_and_reports_its_outcome`, `routes::run_check_sh_reports_one_lava_case_per_check_through_lavas_lava_test_case`, `routes::the_kcidb_file_passes_kcidb_ios_validator_with_one_test_per_check` |
+//! | docs/ci.md | "- **a fleet** (Prometheus): `--openmetrics FILE` for node_exporter" | `routes::the_openmetrics_file_passes_promtool_with_one_verdict_per_check`, `routes::the_systemd_units_pass_systemd_analyze_verify`, `routes::the_alert_rules_pass_promtool_and_their_unit_tests` |
+//! | docs/ci.md | "- **a repository's CI** (GitHub Actions): the action below." | `claims::the_actions_steps_are_the_documented_ones_in_order` |
+//! | docs/ci.md | "Every file option takes `-` for standard output" | `routes::the_kselftest_runner_runs_the_check_and_reports_its_outcome`, `routes::the_routes_docs_show_what_this_code_writes` |
 
 mod common;
 
@@ -773,9 +803,76 @@ fn ci_runs_every_step_the_readme_names() {
         "python3 -m unittest discover -s tools/realkvm/tests",
         "cargo run --release --locked -- --rounds",
         "cargo run --release --locked -- compare",
+        "bash tools/kselftest/install-runner.sh",
+        "bash tools/lava/install-test-shell.sh",
     ] {
         assert!(runs(step), ".ci/run does not run `{step}`");
     }
+}
+
+/// `.ci/run` installs the routes' validators (docs/fleet.md,
+/// docs/troubleshooting.md) in a step of its own before the tests: kcidb-io
+/// pinned into the lint venv, promtool and lava_common soft-pinned with a
+/// warning when apt offers another version, waiting for another apt's lock,
+/// the kselftest runner and lava-test-case unpacked by their installers
+/// (idempotent: each skips what is installed), and shellchecks them.
+#[test]
+fn ci_installs_the_routes_validators_before_the_tests() {
+    let ci = read(".ci/run");
+    let lines: Vec<&str> = ci
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    let step = |what: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with("step \"") && l.contains(what))
+            .unwrap_or_else(|| panic!(".ci/run has no step `{what}`"))
+    };
+    let (from, tests) = (
+        step("the ecosystem's validators"),
+        step("tests (the README"),
+    );
+    assert!(from < tests, "the validators are installed after the tests");
+    let to = (from + 1..lines.len())
+        .find(|&i| lines[i].starts_with("step \""))
+        .unwrap_or(lines.len());
+    let body = lines[from..to].join("\n");
+    for what in [
+        "\"$lint/bin/pip\" install --quiet --disable-pip-version-check kcidb-io==141",
+        "apt_pin prometheus 2.42.0+ds-5+deb12u1",
+        "apt_pin lava-common 2023.01-2",
+        "echo \"warning: $1 $2 is not installable here: installing the version apt offers\"",
+        "-o DPkg::Lock::Timeout=600",
+        "[ \"$have\" = \"install ok installed $2\" ] && return 0",
+        "bash tools/kselftest/install-runner.sh",
+        "bash tools/lava/install-test-shell.sh",
+    ] {
+        assert!(
+            body.contains(what),
+            "the validators' step lacks `{what}`:\n{body}"
+        );
+    }
+    for path in [
+        "tools/kselftest/install-runner.sh",
+        "tools/lava/install-test-shell.sh",
+    ] {
+        let text = read(path);
+        assert!(
+            text.contains("already in $dest"),
+            "{path} is not idempotent"
+        );
+    }
+    let shellcheck = lines
+        .iter()
+        .position(|l| l.starts_with("shellcheck "))
+        .map(|i| format!("{} {}", lines[i], lines[i + 1]))
+        .expect("a shellcheck line");
+    assert!(
+        shellcheck.contains("tools/kselftest/*.sh tools/lava/*.sh"),
+        "{shellcheck}"
+    );
 }
 
 /// "`.github/workflows/tsc-check.yml` runs on GitHub-hosted Linux runners and

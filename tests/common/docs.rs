@@ -19,6 +19,7 @@ pub const PAGES: &[(&str, &str)] = &[
         include_str!("../../docs/harness-tools.md"),
     ),
     ("docs/ci.md", include_str!("../../docs/ci.md")),
+    ("docs/fleet.md", include_str!("../../docs/fleet.md")),
     ("docs/restore.md", include_str!("../../docs/restore.md")),
     (
         "docs/kernel-matrix.md",
