@@ -823,3 +823,23 @@ fn run_check_sh_fails_without_a_result_line_or_lava_test_case() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no result line in"), "{err}");
 }
+
+#[test]
+fn the_kselftest_wrapper_fails_without_a_binary() {
+    let out = run(
+        Command::new(root().join("tools/kselftest/tsc_rendezvous_check.sh"))
+            .env_remove("TSC_RENDEZVOUS")
+            .env("PATH", "/usr/bin:/bin"),
+        "tsc_rendezvous_check.sh",
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a broken install is no skip (4)"
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with("# tsc-rendezvous not found: set TSC_RENDEZVOUS"),
+        "{said}"
+    );
+}
