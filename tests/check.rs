@@ -363,6 +363,9 @@ fn check_5_exercises_every_ordered_pair_of_three_vcpus() {
     assert_eq!(doc["options"]["exchanges"], 50);
 }
 
+/// (check id, verdict) of every check, in order.
+type Verdicts = Vec<(String, String)>;
+
 /// KCIDB's status per verdict (no baseline, a complete run).
 fn kcidb_status(verdict: &str) -> &'static str {
     match verdict {
@@ -377,7 +380,7 @@ fn kcidb_status(verdict: &str) -> &'static str {
 /// The checks' verdicts per format: `check id -> verdict` from the KCIDB
 /// tests (their `misc.verdict`, and the status it implies) and from the
 /// OpenMetrics verdict gauges that are 1 (exactly one per check).
-fn verdicts_of(kcidb: &Value, prom: &str) -> (Vec<(String, String)>, Vec<(String, String)>) {
+fn verdicts_of(kcidb: &Value, prom: &str) -> (Verdicts, Verdicts) {
     let tests = kcidb["tests"].as_array().expect("KCIDB tests");
     let from_kcidb = tests
         .iter()
