@@ -908,3 +908,50 @@ fn check_refuses_unwritable_outputs_before_running() {
         "{leftovers:?}"
     );
 }
+
+/// `-` writes that output, alone, to stdout: `run --output -` only JSON
+/// round lines (no readable report), `compare --plot -` one SVG document,
+/// `compare --csv -` only CSV rows of the header's width.
+#[test]
+fn a_dash_output_is_all_that_stdout_carries() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let out = run(&[
+        "run",
+        "--rounds",
+        "3",
+        "--variant",
+        "xen-head",
+        "--output",
+        "-",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rounds = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .filter(|v| v["schema"] == "tsc-rendezvous/round/v1")
+        .count();
+    assert_eq!(rounds, 3, "{stdout}");
+    let out = run(&["compare", "--rounds", "3", "--warmup", "1", "--plot", "-"]);
+    let svg = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"),
+        "{svg}"
+    );
+    let out = run(&["compare", "--rounds", "3", "--warmup", "1", "--csv", "-"]);
+    let csv = String::from_utf8_lossy(&out.stdout);
+    let mut lines = csv.lines();
+    let width = lines.next().map_or(0, |h| h.split(',').count());
+    assert!(width > 5 && csv.starts_with("seq,"), "{csv}");
+    // 3 rounds x 2 variants x 2 vCPUs, the warm-up excluded or not: rows.
+    let rows: Vec<&str> = lines.collect();
+    assert!(rows.len() >= 12, "{csv}");
+    assert!(rows.iter().all(|r| r.split(',').count() == width), "{csv}");
+}
