@@ -363,6 +363,139 @@ fn check_5_exercises_every_ordered_pair_of_three_vcpus() {
     assert_eq!(doc["options"]["exchanges"], 50);
 }
 
+/// (check id, verdict) of every check, in order.
+type Verdicts = Vec<(String, String)>;
+
+/// KCIDB's status per verdict (no baseline, a complete run).
+fn kcidb_status(verdict: &str) -> &'static str {
+    match verdict {
+        "PASS" => "PASS",
+        "FAIL" => "FAIL",
+        "UNDECIDED" => "DONE",
+        "SKIP" => "SKIP",
+        other => panic!("unknown verdict {other}"),
+    }
+}
+
+/// The checks' verdicts per format: `check id -> verdict` from the KCIDB
+/// tests (their `misc.verdict`, and the status it implies) and from the
+/// OpenMetrics verdict gauges that are 1 (exactly one per check).
+fn verdicts_of(kcidb: &Value, prom: &str) -> (Verdicts, Verdicts) {
+    let tests = kcidb["tests"].as_array().expect("KCIDB tests");
+    let from_kcidb = tests
+        .iter()
+        .map(|t| {
+            let id = t["path"]
+                .as_str()
+                .unwrap_or("")
+                .trim_start_matches("tsc_rendezvous.");
+            let verdict = t["misc"]["verdict"].as_str().unwrap_or("");
+            assert_eq!(t["status"], kcidb_status(verdict), "{t}");
+            (id.to_string(), verdict.to_string())
+        })
+        .collect();
+    let label = |line: &str, name: &str| -> String {
+        let start = line.find(&format!("{name}=\"")).expect("the label") + name.len() + 2;
+        line[start..].split('"').next().unwrap_or("").to_string()
+    };
+    let from_prom: Vec<(String, String)> = prom
+        .lines()
+        .filter(|l| l.starts_with("tsc_rendezvous_check_verdict{") && l.ends_with("} 1"))
+        .map(|l| (label(l, "check"), label(l, "verdict").to_uppercase()))
+        .collect();
+    assert!(prom.ends_with("# EOF\n"), "{prom}");
+    (from_kcidb, from_prom)
+}
+
+/// The KCIDB document and the OpenMetrics text of a run give every check
+/// the JSON's verdict, in order, and the host's kernel.
+fn the_other_formats_say_what_the_json_says(doc: &Value, kcidb: &Value, prom: &str) {
+    let json: Vec<(String, String)> = doc["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .map(|c| {
+            let id = c["id"].as_str().unwrap_or("").to_string();
+            (id, c["verdict"].as_str().unwrap_or("").to_string())
+        })
+        .collect();
+    let (from_kcidb, from_prom) = verdicts_of(kcidb, prom);
+    assert_eq!(from_kcidb, json, "KCIDB");
+    assert_eq!(from_prom, json, "OpenMetrics");
+    let release = doc["environment"]["kernel_release"]
+        .as_str()
+        .expect("kernel");
+    assert_eq!(
+        kcidb["tests"][0]["environment"]["misc"]["kernel_release"],
+        release
+    );
+    assert!(
+        prom.contains(&format!("kernel_release=\"{release}\"")),
+        "{prom}"
+    );
+    assert_eq!(kcidb["version"]["major"], 5);
+}
+
+/// `check` as a kselftest: `--ktap -` puts KTAP, and nothing else, on
+/// stdout (the progress and errors go to stderr), and with
+/// `--kselftest-exit-codes` the exit code is kselftest's for the verdicts
+/// the same run wrote to its KCIDB and OpenMetrics files: 1 when a check
+/// failed, else 0 when one passed, else 4.
+#[test]
+fn ktap_on_stdout_alone_and_kselftest_exit_codes() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let kcidb = tmp("ksft-kcidb.json");
+    let prom = tmp("ksft.prom");
+    let out = Command::new(env!("CARGO_BIN_EXE_tsc-rendezvous"))
+        .arg("check")
+        .args(["--rounds", "20", "--warp-iterations", "2000", "--ktap", "-"])
+        .args(["--kselftest-exit-codes", "--kcidb"])
+        .arg(&kcidb)
+        .arg("--openmetrics")
+        .arg(&prom)
+        .output()
+        .expect("the binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Valid KTAP from the first byte to the last: nothing else on stdout.
+    assert!(stdout.starts_with("KTAP version 1\n"), "{stdout}\n{stderr}");
+    let results = common::ktap::validate(&stdout).unwrap_or_else(|e| panic!("{e}\n{stdout}"));
+    for line in stdout.lines() {
+        let ktap_line = line.starts_with("KTAP version 1")
+            || line.starts_with("1..")
+            || line.starts_with("ok ")
+            || line.starts_with("not ok ")
+            || line.starts_with('#');
+        assert!(ktap_line, "not a KTAP line on stdout: {line}");
+    }
+    let read = |p: &PathBuf| {
+        let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let _ = std::fs::remove_file(p);
+        text
+    };
+    let kcidb_doc: Value = serde_json::from_str(&read(&kcidb)).expect("KCIDB is JSON");
+    let (verdicts, from_prom) = verdicts_of(&kcidb_doc, &read(&prom));
+    assert_eq!(verdicts, from_prom, "one run, one set of verdicts");
+    assert_eq!(results.len(), verdicts.len(), "{stdout}");
+    for (r, (id, v)) in results.iter().zip(&verdicts) {
+        assert_eq!(&r.description, id);
+        assert_eq!(r.ok, v != "FAIL", "{id}: {v}");
+        let skipped = v == "SKIP" || v == "UNDECIDED";
+        assert_eq!(r.directive.as_deref() == Some("SKIP"), skipped, "{id}: {v}");
+    }
+    let has = |x: &str| verdicts.iter().any(|(_, v)| v == x);
+    let expected = if has("FAIL") {
+        1
+    } else if has("PASS") {
+        0
+    } else {
+        4
+    };
+    assert_eq!(out.status.code(), Some(expected), "{stderr}");
+}
+
 #[test]
 fn verdicts_match_the_host_and_every_format_is_well_formed() {
     if !kvm_or_skip() {
@@ -370,15 +503,28 @@ fn verdicts_match_the_host_and_every_format_is_well_formed() {
     }
     let junit = tmp("junit.xml");
     let ktap_path = tmp("check.ktap");
+    let kcidb = tmp("kcidb.json");
+    let prom = tmp("check.prom");
     let started = std::time::Instant::now();
     let (out, doc) = check(&[
         "--junit",
         junit.to_str().unwrap_or("junit.xml"),
         "--ktap",
         ktap_path.to_str().unwrap_or("check.ktap"),
+        "--kcidb",
+        kcidb.to_str().unwrap_or("kcidb.json"),
+        "--openmetrics",
+        prom.to_str().unwrap_or("check.prom"),
     ]);
     let took = started.elapsed().as_secs_f64();
     check_times_add_up(&doc, took);
+    let read = |p: &PathBuf| {
+        let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let _ = std::fs::remove_file(p);
+        text
+    };
+    let kcidb_doc: Value = serde_json::from_str(&read(&kcidb)).expect("KCIDB is JSON");
+    the_other_formats_say_what_the_json_says(&doc, &kcidb_doc, &read(&prom));
 
     // KTAP: valid by the grammar, one result per check, in order, each one
     // saying what the JSON says.

@@ -816,3 +816,142 @@ fn check_writes_the_verdict_table_as_markdown() {
         "{md}"
     );
 }
+
+/// `-` (stdout) twice, or with `--json`, is refused before anything runs,
+/// naming both options: with no KVM device at all the error is still the
+/// usage error, so it came first.
+#[test]
+fn stdout_is_taken_once() {
+    let no_kvm = [(KVM_DEVICE_ENV, "/nonexistent/kvm")];
+    for (args, words) in [
+        (
+            &["check", "--ktap", "-", "--kcidb", "-"][..],
+            &["--ktap -", "--kcidb -", "standard output"][..],
+        ),
+        (
+            &["check", "--openmetrics", "-", "--json"],
+            &["--openmetrics -", "--json"],
+        ),
+        (
+            &["check", "--junit", "-", "--markdown", "-"],
+            &["--junit -", "--markdown -"],
+        ),
+        (
+            &["run", "--output", "-", "--json"],
+            &["--output -", "--json"],
+        ),
+        (
+            &["compare", "--csv", "-", "--plot", "-"],
+            &["--csv -", "--plot -"],
+        ),
+        (
+            &["compare", "--output", "-", "--json"],
+            &["--output -", "--json"],
+        ),
+    ] {
+        let out = run_env(args, &no_kvm);
+        check_usage_error(&out, &format!("{args:?}"), words);
+    }
+}
+
+/// A KCIDB origin is `[a-z0-9_]+`; anything else is refused, saying what
+/// an origin may hold.
+#[test]
+fn a_bad_kcidb_origin_is_refused() {
+    for bad in ["My-Lab", "", "lab:1"] {
+        let out = run(&["check", "--kcidb", "-", "--kcidb-origin", bad]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.contains("--kcidb-origin") && err.contains("lower-case letters, digits and '_'"),
+            "{bad}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{bad}");
+    }
+}
+
+/// Every new output path is created before the measurement: an unwritable
+/// one fails at once (no KVM device is needed to see it), and the OpenMetrics
+/// file's temporary sibling is not left behind.
+#[test]
+fn check_refuses_unwritable_outputs_before_running() {
+    let no_kvm = [(KVM_DEVICE_ENV, "/nonexistent/kvm")];
+    for (opt, what) in [
+        ("--kcidb", "KCIDB"),
+        ("--openmetrics", "OpenMetrics"),
+        ("--ktap", "KTAP"),
+        ("--junit", "JUnit"),
+    ] {
+        let out = run_env(&["check", opt, "/nonexistent-dir/x"], &no_kvm);
+        check_usage_error(
+            &out,
+            opt,
+            &[
+                &format!("cannot create the {what} file /nonexistent-dir/x"),
+                "writable path",
+            ],
+        );
+    }
+    let file = scratch("m.prom", b"old\n");
+    let target = file.to_string_lossy().into_owned();
+    let out = run_env(&["check", "--openmetrics", &target], &no_kvm);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(std::fs::read(&file).ok().as_deref(), Some(&b"old\n"[..]));
+    let parent = file.parent().expect("a directory");
+    let leftovers: Vec<_> = std::fs::read_dir(parent)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        !leftovers
+            .iter()
+            .any(|n| n.to_string_lossy().ends_with(".tmp")),
+        "{leftovers:?}"
+    );
+}
+
+/// `-` writes that output, alone, to stdout: `run --output -` only JSON
+/// round lines (no readable report), `compare --plot -` one SVG document,
+/// `compare --csv -` only CSV rows of the header's width.
+#[test]
+fn a_dash_output_is_all_that_stdout_carries() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let out = run(&[
+        "run",
+        "--rounds",
+        "3",
+        "--variant",
+        "xen-head",
+        "--output",
+        "-",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rounds = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .filter(|v| v["schema"] == "tsc-rendezvous/round/v1")
+        .count();
+    assert_eq!(rounds, 3, "{stdout}");
+    let out = run(&["compare", "--rounds", "3", "--warmup", "1", "--plot", "-"]);
+    let svg = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"),
+        "{svg}"
+    );
+    let out = run(&["compare", "--rounds", "3", "--warmup", "1", "--csv", "-"]);
+    let csv = String::from_utf8_lossy(&out.stdout);
+    let mut lines = csv.lines();
+    let width = lines.next().map_or(0, |h| h.split(',').count());
+    assert!(width > 5 && csv.starts_with("seq,"), "{csv}");
+    // 3 rounds x 2 variants x 2 vCPUs, the warm-up excluded or not: rows.
+    let rows: Vec<&str> = lines.collect();
+    assert!(rows.len() >= 12, "{csv}");
+    assert!(rows.iter().all(|r| r.split(',').count() == width), "{csv}");
+}

@@ -420,6 +420,21 @@ mod tests {
         assert_eq!(CpuInfo::parse(""), CpuInfo::default());
     }
 
+    /// The outputs' flavour label is the one `--json` writes.
+    #[test]
+    fn a_flavours_key_is_its_json_name() {
+        for f in [
+            KvmFlavor::Vmx,
+            KvmFlavor::Svm,
+            KvmFlavor::Pvm,
+            KvmFlavor::Unknown,
+        ] {
+            assert_eq!(serde_json::to_value(f).ok(), Some(f.key().into()));
+        }
+        assert_eq!(KvmFlavor::Vmx.module(), "kvm_intel");
+        assert_eq!(KvmFlavor::Svm.module(), "kvm_amd");
+    }
+
     #[test]
     fn kernel_versions_parse() {
         assert_eq!(parse_kernel_version("6.1.0-57-amd64"), Some((6, 1)));

@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use super::evidence::{Check, Context, Evidence};
-use super::judge::context;
+use super::judge::{self, context};
 use super::report::{Finding, Verdict};
 use super::tally::RoundTally;
 use crate::error::RunError;
@@ -47,7 +47,7 @@ pub fn judge(t: &RoundTally, exact: bool, flavor: KvmFlavor) -> Finding {
         );
     }
     let total = t.vcpu_rounds.saturating_sub(t.offsets_unread);
-    let mut f = Finding::skip("no rounds ran")
+    let mut f = judge::missing("first round")
         .with("comparisons", total)
         .with("mismatches", t.mismatches)
         .with("offsets_unmoved", t.offsets_unmoved)

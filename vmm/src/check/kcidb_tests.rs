@@ -185,3 +185,15 @@ fn origins_are_checked_and_long_logs_cut() {
     assert_eq!(excerpt(long).chars().count(), MAX_EXCERPT);
     assert_eq!(excerpt("short".into()), "short");
 }
+
+/// A run stopped before its first round: the checks judged on the rounds
+/// say they were not measured, and are MISS, not SKIP.
+#[test]
+fn checks_without_rounds_in_a_stopped_run_are_missed() {
+    let tally = super::super::tally::RoundTally::default();
+    let f = super::super::adjust_offset::judge(&tally, true, crate::host::KvmFlavor::Svm);
+    let mut r = report(vec![CheckResult::new(3, "adjust-equals-offset", "t", f)]);
+    r.incomplete = Some("interrupted by SIGINT".into());
+    assert!(r.checks[0].missed(), "{}", r.checks[0].reason);
+    assert_eq!(status(&r, &r.checks[0]), "MISS");
+}

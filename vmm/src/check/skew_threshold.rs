@@ -2,6 +2,7 @@
 //! `--max-skew-ns` / `--max-skew-cycles` (SKIP without a limit).
 
 use super::evidence::{Check, Context, Evidence};
+use super::judge;
 use super::report::{Finding, SkewStats, Verdict};
 use super::tally::RoundTally;
 use crate::error::RunError;
@@ -46,7 +47,7 @@ pub fn judge(
         c.value("writes_honoured", t.rounds_honoured == t.rounds);
     }
     let Some(st) = skew else {
-        c.set(Verdict::Skip, "no rounds ran");
+        c.set(Verdict::Skip, judge::missing("first round").reason);
         return c;
     };
     if max_ns.is_none() && max_cycles.is_none() {

@@ -201,9 +201,9 @@ pub fn judge(
     let by_host = t.honoured + ignored - t.decided_by_guest;
     let (found, read_fails, read_open) = later_reads(t, reads);
     let none = if t.rounds == 0 {
-        "no rounds ran"
+        super::judge::missing("first round").reason
     } else {
-        "no vCPU wrote its TSC or TSC_ADJUST in any round: nothing to honour"
+        "no vCPU wrote its TSC or TSC_ADJUST in any round: nothing to honour".into()
     };
     let mut f = Finding::skip(none)
         .with("vcpu_rounds", total)

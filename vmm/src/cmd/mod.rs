@@ -64,7 +64,8 @@ pub enum Cmd {
     /// Named regression checks of the hypervisor's guest TSC handling, with
     /// verdicts. Exit code 0: every check passed (or was skipped); 1: a check
     /// failed or regressed against the baseline; 2: the checks could not run;
-    /// 130/143: stopped by SIGINT/SIGTERM (what was measured is reported).
+    /// 130/143: stopped by SIGINT/SIGTERM (what was measured is reported);
+    /// with --kselftest-exit-codes, 4: every check skipped or undecided.
     Check(CheckArgs),
     /// Measure two or more variants interleaved in one VM and compare them.
     Compare(CompareArgs),
