@@ -266,6 +266,32 @@ fn every_variant_on_1_2_and_4_vcpus() {
     }
 }
 
+/// Four vCPUs per host core: the vCPU threads park for their commands at
+/// once (their cores are needed by the vCPUs still running) and the guest's
+/// spin-waits yield; 200 rounds complete, every vCPU in every round, paced
+/// as the report says, well within the run's time limit.
+#[test]
+fn an_overcommitted_run_completes() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let n = 4 * cores as u32;
+    let start = std::time::Instant::now();
+    let out = run_ok(n, Variant::XenHead, 200);
+    assert_eq!(out.rounds.len(), 200, "n={n}: all rounds complete");
+    for r in &out.rounds {
+        assert_eq!(r.vcpus.len(), n as usize, "n={n}: round {}", r.round);
+    }
+    let pacing = out.facts.host.pacing.map(|p| p.name());
+    assert_eq!(pacing, Some("guest_yield"), "n={n}");
+    assert!(
+        start.elapsed() < Duration::from_secs(100),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
 #[test]
 fn host_facts_are_reported() {
     if !kvm_or_skip() {
