@@ -50,6 +50,9 @@ pub struct Mailbox<C> {
     /// How long a park lasts at most ([`PARK`]; longer in the tests, so
     /// that a lost wake-up shows as a stall instead of being rescued).
     park: Duration,
+    /// How long to spin before parking ([`SPIN`]; other values in the
+    /// tests).
+    spin: Duration,
 }
 
 impl<C: Copy> Mailbox<C> {
@@ -61,14 +64,17 @@ impl<C: Copy> Mailbox<C> {
             command: Mutex::new(initial),
             sleeping: AtomicBool::new(false),
             park: PARK,
+            spin: SPIN,
         }
     }
 
-    /// As [`Mailbox::new`], parking up to `park` at a time.
+    /// As [`Mailbox::new`], spinning for `spin` and parking up to `park`
+    /// at a time.
     #[cfg(test)]
-    fn with_park(initial: C, park: Duration) -> Mailbox<C> {
+    fn with_times(initial: C, spin: Duration, park: Duration) -> Mailbox<C> {
         Mailbox {
             park,
+            spin,
             ..Mailbox::new(initial)
         }
     }
@@ -99,7 +105,7 @@ impl<C: Copy> Mailbox<C> {
                 std::hint::spin_loop();
                 spins = spins.wrapping_add(1);
                 if spins % CLOCK_EVERY == 0 {
-                    spinning = start.elapsed() < SPIN;
+                    spinning = start.elapsed() < self.spin;
                 }
                 continue;
             }
@@ -246,7 +252,7 @@ mod tests {
     /// `i` (to land in the thread's spin, at its end, or in its park).
     fn hammer(handoffs: u64, spin: bool, pause: fn(u64) -> Duration) -> (u64, u64) {
         let long = Duration::from_secs(600);
-        let mb = Arc::new(Mailbox::with_park(0u64, long));
+        let mb = Arc::new(Mailbox::with_times(0u64, SPIN, long));
         let hub = Arc::new(Hub::new());
         let taken = Arc::new(AtomicU64::new(0));
         let (m, h, tk) = (mb.clone(), hub.clone(), taken.clone());
@@ -306,35 +312,30 @@ mod tests {
         assert_eq!(hammer(20_000, true, pause), (0, 0));
     }
 
-    /// The spin keeps its core: a command posted while the thread spins is
-    /// taken without the thread having parked (no unpark needed). Tried up
-    /// to 5 times: a loaded host may preempt the thread for its whole spin.
+    /// The spin keeps looking: a command posted while the thread spins is
+    /// taken without a wake-up (the post here does not unpark). The spin
+    /// lasts 10 minutes, so that a thread that parked instead (for 10
+    /// minutes too) would not see it in time, however loaded the host.
     #[test]
     fn a_command_posted_during_the_spin_needs_no_wake_up() {
-        let seen_without_wake_up = (0..5).any(|_| {
-            let mb = Arc::new(Mailbox::with_park(0u64, Duration::from_secs(600)));
-            let started = Arc::new(AtomicBool::new(false));
-            let (m, s) = (mb.clone(), started.clone());
-            let t = std::thread::spawn(move || {
-                let mut last = 0;
-                s.store(true, Ordering::SeqCst);
-                m.next(&mut last, true)
-            });
-            while !started.load(Ordering::SeqCst) {
-                std::hint::spin_loop();
-            }
-            // Posted without unparking: only a thread still spinning sees it.
-            *lock(&mb.command) = 7;
-            mb.posted.fetch_add(1, Ordering::SeqCst);
-            let start = Instant::now();
-            while !t.is_finished() && start.elapsed() < Duration::from_millis(200) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            let finished = t.is_finished();
-            t.thread().unpark();
-            let got = t.join().expect("the thread ends");
-            finished && got == 7
+        let long = Duration::from_secs(600);
+        let mb = Arc::new(Mailbox::with_times(0u64, long, long));
+        let m = mb.clone();
+        let t = std::thread::spawn(move || {
+            let mut last = 0;
+            m.next(&mut last, true)
         });
-        assert!(seen_without_wake_up, "the spinning thread did not see it");
+        std::thread::sleep(Duration::from_millis(5));
+        *lock(&mb.command) = 7;
+        mb.posted.fetch_add(1, Ordering::SeqCst);
+        let start = Instant::now();
+        while !t.is_finished() && start.elapsed() < LOST_AFTER {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let finished = t.is_finished();
+        t.thread().unpark();
+        assert_eq!(t.join().expect("the thread ends"), 7);
+        assert!(finished, "the spinning thread did not see the command");
+        assert!(!mb.sleeping.load(Ordering::SeqCst));
     }
 }
