@@ -331,12 +331,22 @@
 //! | docs/speed.md | "The benchmark (`tools/bench`, not a test: timings depend on" | `soak::run_memory_is_flat_on_kvm` |
 //! | docs/speed.md | "On this machine (2 cores, PVM), one run of" | `kvm_run::every_variant_on_1_2_and_4_vcpus` |
 //! | docs/speed.md | "With more vCPUs than host cores a vCPU spinning in the rendezvous" | `native::more_vcpus_than_cores_are_paced_by_guest_yields_and_say_so`, `native::an_image_without_pause_sites_falls_back_to_the_spin_breaker`, `vmm/src/guest_image.rs::the_embedded_guest_lists_its_pauses`, `kvm_run::every_variant_on_1_2_and_4_vcpus` |
+//! | docs/speed.md | "With no more vCPUs than host cores nothing on the KVM path gives its core away." | `kvm_run::vcpu_threads_have_a_core_each_unless_overcommitted`, `kvm_run::an_overcommitted_run_completes`, `vmm/src/vstate/vcpu/handoff.rs::no_wake_up_is_lost_when_the_thread_parks_at_once`, `vmm/src/vstate/vcpu/handoff.rs::no_wake_up_is_lost_around_the_end_of_the_spin`, `vmm/src/vstate/vcpu/handoff.rs::a_command_posted_during_the_spin_needs_no_wake_up` |
 //! | docs/speed.md | "Targets met in that run: KVM main-thread CPU per round within 10 us" | `vmm/src/vstate/chain_tests.rs::rounds_run_back_to_back_in_order_within_the_ring`, `kvm_run::every_variant_on_1_2_and_4_vcpus`, `native::more_vcpus_than_cores_are_paced_by_guest_yields_and_say_so` |
 //! | docs/speed.md | "**First result within 2x of a bare boot**" | `kvm_run::every_variant_on_1_2_and_4_vcpus` |
 //! | docs/speed.md | "**Host backend within 2x of its floor**" | `native::every_variant_runs_on_1_2_4_and_8_threads`, `vmm/src/backend/host/staging.rs::results_decode_as_a_guests_would` |
 //! | docs/speed.md | "**`check` at most 0.3 s**" | `check::verdicts_match_the_host_and_every_format_is_well_formed`, `vmm/src/restore/snapshot.rs::memory_round_trips_through_a_snapshot` |
 //! | docs/speed.md | "Against the code at the start of this work (5d35b4b" | `kvm_run::every_variant_on_1_2_and_4_vcpus`, `native::every_variant_runs_on_1_2_4_and_8_threads`, `soak::run_memory_is_flat_on_kvm` |
-//! | docs/speed.md | "**2 vCPUs on 2 cores is as sensitive to host load" | `kvm_run::every_variant_on_1_2_and_4_vcpus` |
+//! | docs/speed.md | "**2 vCPUs on 2 cores is as sensitive to host load" | `kvm_run::every_variant_on_1_2_and_4_vcpus`, `kvm_run::vcpu_threads_have_a_core_each_unless_overcommitted` |
+//! | docs/speed.md | "The benchmark's `loaded` section measures each figure idle" | `tools/bench/src/loaded.rs::hogs_are_nice_and_gone_after_the_guard`, `tools/bench/src/loaded.rs::hogs_are_gone_after_a_panic`, `tools/bench/src/loaded.rs::markdown_pairs_idle_with_loaded` |
+//! | docs/speed.md | "One run of that command on this code (2 cores, PVM), the last before" | `kvm_run::every_variant_on_1_2_and_4_vcpus`, `check::verdicts_match_the_host_and_every_format_is_well_formed`, `tools/bench/src/loaded.rs::the_target_is_a_ratio_of_at_most_one_and_a_half` |
+//! | docs/speed.md | "Targets, loaded within 1.5x of idle at N <= host cores" | `tools/bench/src/loaded.rs::the_target_is_a_ratio_of_at_most_one_and_a_half`, `kvm_run::an_overcommitted_run_completes`, `kvm_run::vcpu_threads_have_a_core_each_unless_overcommitted`, `vmm/src/vstate/vcpu/handoff.rs::no_wake_up_is_lost_when_the_thread_parks_at_once`, `vmm/src/vstate/vcpu/handoff.rs::a_command_posted_during_the_spin_needs_no_wake_up` |
+//! | docs/speed.md | "What is left of the first result's excess under load, when there is one" | `kvm_run::vcpu_threads_have_a_core_each_unless_overcommitted`, `vmm/src/vstate/vcpu/handoff.rs::no_wake_up_is_lost_around_the_end_of_the_spin` |
+//! | docs/speed.md | "**Checks 5 and 9 decide with the same bounds under load**" | `tools/bench/src/loaded.rs::check_5_and_9_bounds_are_their_worst_pairs`, `check::verdicts_match_the_host_and_every_format_is_well_formed` |
+//! | docs/speed.md | "**`check` at most 0.3 s idle: not met**" | `check::verdicts_match_the_host_and_every_format_is_well_formed` |
+//! | docs/speed.md | "**Check 7's delays**" | `vmm/src/restore/options.rs::the_chained_delay_grows_4_ms_per_second_between_its_bounds`, `restore::a_failure_in_any_step_frees_both_vms`, `check::verdicts_match_the_host_and_every_format_is_well_formed` |
+//! | docs/speed.md | "verdicts, checks 1-13 (P pass, F fail" | `check::verdicts_match_the_host_and_every_format_is_well_formed` |
+//! | docs/speed.md | "The same verdicts in all six runs" | `check::verdicts_match_the_host_and_every_format_is_well_formed`, `vmm/src/restore/options.rs::the_chained_delay_grows_4_ms_per_second_between_its_bounds` |
 //! | docs/speed.md | "Memory and CPU as the rounds grow, one run of" | `soak::run_memory_is_flat_on_kvm`, `soak::run_memory_is_flat_from_10k_to_100k_rounds_on_the_host_backend`, `soak::compare_memory_is_flat_from_5k_to_50k_rounds_on_the_host_backend` |
 //! | docs/speed.md | "Peak RSS stays under the goal of 1.2x from 10k to 1M" | `soak::run_memory_is_flat_on_kvm`, `soak::run_memory_is_flat_from_10k_to_100k_rounds_on_the_host_backend`, `soak::compare_memory_is_flat_from_5k_to_50k_rounds_on_the_host_backend`, `alloc::extra_rounds_cost_only_their_result_records` |
 //! | docs/troubleshooting.md | "A run never hangs and never throws away what" | `faults::a_stalled_vcpu_is_caught_by_the_watchdog_with_its_round_and_iteration`, `faults::a_guest_panic_is_reported_with_its_text`, `cli::zero_vcpus_is_refused`, `faults::ctrl_c_stops_the_run_and_keeps_the_rounds`, `faults::sigterm_stops_the_run_and_the_json_report_keeps_the_rounds` |
@@ -490,6 +500,7 @@ const MEASURED_TABLES: &[&str] = &[
     "| kernel | vendor | TSC_CONTROL",
     "| machine | Bochs CPU model",
     "| restore at a rate |",
+    "| run | verdicts, checks 1-13",
     "| kernel, machine | check 8 without the fix",
     "| variant | kind | 1 |",
     "| variant | check | verdict | on its base",

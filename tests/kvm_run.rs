@@ -266,6 +266,108 @@ fn every_variant_on_1_2_and_4_vcpus() {
     }
 }
 
+/// Four vCPUs per host core: the vCPU threads park for their commands at
+/// once (their cores are needed by the vCPUs still running) and the guest's
+/// spin-waits yield; 200 rounds complete, every vCPU in every round, paced
+/// as the report says, well within the run's time limit.
+#[test]
+fn an_overcommitted_run_completes() {
+    if !kvm_or_skip() {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let n = 4 * cores as u32;
+    let start = std::time::Instant::now();
+    let out = run_ok(n, Variant::XenHead, 200);
+    assert_eq!(out.rounds.len(), 200, "n={n}: all rounds complete");
+    for r in &out.rounds {
+        assert_eq!(r.vcpus.len(), n as usize, "n={n}: round {}", r.round);
+    }
+    let pacing = out.facts.host.pacing.map(|p| p.name());
+    assert_eq!(pacing, Some("guest_yield"), "n={n}");
+    assert!(
+        start.elapsed() < Duration::from_secs(100),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// The CPUs each thread of this process named `vcpuN` may run on, by N
+/// (from /proc/self/task/*/status).
+fn vcpu_affinities() -> std::collections::BTreeMap<u32, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let Some(n) = comm
+            .trim()
+            .strip_prefix("vcpu")
+            .and_then(|n| n.parse().ok())
+        else {
+            continue;
+        };
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        if let Some(list) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        {
+            out.insert(n, list.trim().to_string());
+        }
+    }
+    out
+}
+
+/// With no more vCPUs than host cores each vCPU thread is pinned to a core
+/// of its own (two vCPUs on one core would spin in the guest in turns, a
+/// scheduler tick each); with more, none is pinned.
+#[test]
+fn vcpu_threads_have_a_core_each_unless_overcommitted() {
+    if !kvm_or_skip() {
+        return;
+    }
+    // Alone in a process of its own: other tests' vCPU threads would be
+    // counted with this run's.
+    const CHILD: &str = "KVM_RUN_AFFINITY_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let exe = std::env::current_exe().expect("the test binary");
+        let name = "vcpu_threads_have_a_core_each_unless_overcommitted";
+        let out = Command::new(exe)
+            .args([name, "--exact", "--test-threads", "1"])
+            .env(CHILD, "1")
+            .output()
+            .expect("the test binary runs");
+        let all = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{all}");
+        assert!(all.contains("1 passed"), "the child ran the test: {all}");
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    for n in [cores as u32, cores as u32 + 1] {
+        let opts = RunOptions {
+            vcpus: n,
+            schedule: vec![Variant::XenHead; 3],
+            timeout: Duration::from_secs(60),
+            ..RunOptions::default()
+        };
+        let mut seen = None;
+        tsc_vmm::run_streaming(&opts, &mut |_| {
+            seen.get_or_insert_with(vcpu_affinities);
+            Ok(())
+        })
+        .expect("the run completes");
+        let seen = seen.expect("a round completed");
+        assert_eq!(seen.len(), n as usize, "n={n}: {seen:?}");
+        let single: std::collections::BTreeSet<&String> =
+            seen.values().filter(|l| l.parse::<u32>().is_ok()).collect();
+        if n as usize <= cores {
+            assert_eq!(single.len(), n as usize, "n={n}: {seen:?}");
+        } else {
+            assert!(single.is_empty() || cores == 1, "n={n}: {seen:?}");
+        }
+    }
+}
+
 #[test]
 fn host_facts_are_reported() {
     if !kvm_or_skip() {

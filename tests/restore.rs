@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tsc_contract::Variant;
 use tsc_vmm::{
-    measure_method, probe_restore, Method, MethodOptions, RestoreError, RestoreStep as Step,
-    RESTORE_INJECTABLE as INJECTABLE,
+    measure_method, probe_restore, ChainDelay, Method, MethodOptions, RestoreError,
+    RestoreStep as Step, RESTORE_INJECTABLE as INJECTABLE,
 };
 
 mod common;
@@ -774,6 +774,7 @@ fn a_failure_in_any_step_frees_both_vms() {
         fail_at,
         chain: true,
         tsc: None,
+        chain_delay: ChainDelay::Same,
     };
     // Warm up: the kick handler, the logger, allocator arenas.
     let (_, e) = measure_method(&opts(None), Method::Msr);

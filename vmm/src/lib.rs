@@ -59,7 +59,9 @@ pub use guest_image::{check as check_guest_image, load as load_guest_image, EMBE
 pub use host::{HostInfo, KvmFlavor};
 pub use initial_skew::{targets as initial_skew_targets, SkewError};
 pub use options::{default_timeout, Backend, RunOptions};
-pub use restore::{measure_method, probe as probe_restore, Method, MethodOptions, RestoreError};
+pub use restore::{
+    measure_method, probe as probe_restore, ChainDelay, Method, MethodOptions, RestoreError,
+};
 pub use restore::{
     Step as RestoreStep, FAIL_ENV as RESTORE_FAIL_ENV, INJECTABLE as RESTORE_INJECTABLE,
     SCHEMA as RESTORE_SCHEMA,

@@ -14,6 +14,9 @@
 //! - `check` with all its checks, wall;
 //! - 10 rounds at 16, 32, 64 vCPUs (VM setup included) against a bare boot
 //!   and teardown of as many vCPUs, and how the run was paced;
+//! - idle against loaded (one `nice -n 19` CPU hog per host core): KVM
+//!   rounds/s at 1, 2, 8 vCPUs, the first result, `check` and its checks 5
+//!   and 9's bounds, `sched_yield` per round ([`loaded`]);
 //! - memory and CPU as the rounds grow ([`memory`]).
 //!
 //! Figures repeated `--reps` times (default 3; first result 7) give their
@@ -21,12 +24,13 @@
 //! FILE, else to stdout with the text on stderr). Options: `--quick` (fewer
 //! rounds), `--rounds R` (KVM rounds for N <= 2), `--host-rounds R`,
 //! `--memory-only`, `--no-memory`, `--kvm-1m`, `--only SECTION[,..]`
-//! (host, kvm, rates, first, check, overcommit). Timings depend on the host
+//! (host, kvm, rates, first, check, overcommit, loaded). Timings depend on the host
 //! and its load; they are reported, never asserted.
 
 mod bare;
 mod children;
 mod host_floor;
+mod loaded;
 mod memory;
 mod profile;
 mod sections;
@@ -131,6 +135,7 @@ fn main() -> ExitCode {
     });
     section("check", &mut t, &|t| sections::check(t, reps));
     section("overcommit", &mut t, &|t| sections::overcommit(t, cores));
+    section("loaded", &mut t, &|t| loaded::loaded(t, base, reps, cores));
     let text = t.text();
     match &json {
         Some(target) => {

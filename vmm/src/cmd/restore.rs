@@ -15,7 +15,7 @@ use tsc_contract::Variant;
 use super::args::{parse_one_variant, parse_timeout, parse_tsc_khz, parse_vcpus};
 use super::common::{cannot_run, install_stop_handlers, Exit};
 use crate::output;
-use crate::restore::{self, text, Method, MethodOptions, MAX_DELAY_MS};
+use crate::restore::{self, text, ChainDelay, Method, MethodOptions, MAX_DELAY_MS};
 use crate::tsc::frequency::TscRequest;
 
 /// `--methods`: one or more distinct methods.
@@ -133,6 +133,7 @@ impl RestoreArgs {
             fail_at,
             chain: !self.no_chain,
             tsc: self.tsc_khz,
+            chain_delay: ChainDelay::Same,
         }
     }
 }

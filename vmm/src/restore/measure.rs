@@ -16,7 +16,7 @@ use tsc_contract::{RoundRecord, MSR_KVM_SYSTEM_TIME_NEW};
 
 use super::error::RestoreError;
 use super::methods::{self, Support, Trace};
-use super::options::{Method, MethodOptions, Step};
+use super::options::{scaled_chain_delay, ChainDelay, Method, MethodOptions, Step};
 pub use super::reads::Reads;
 use super::reads::{ClockAfter, ClockReads, CLOCK_EXCHANGES};
 pub use super::record::{ChainRun, Failed, MethodRun};
@@ -348,6 +348,7 @@ fn steps(opts: &MethodOptions, run: &mut MethodRun, step: &mut Step) -> Result<(
         fail_at: opts.fail_at,
     };
     let mut dst = restore_into(src, &snap, run.method, opts, slots, &mut progress)?;
+    let restored = Instant::now();
     run.after = Some(dst.readback()?);
     if reads {
         run.clock_first = Some(guest_reads(&mut dst)?);
@@ -363,7 +364,14 @@ fn steps(opts: &MethodOptions, run: &mut MethodRun, step: &mut Step) -> Result<(
     if opts.chain {
         *step = Step::Chain;
         let out = run.chain.insert(ChainRun::default());
-        chain(opts, run.method, dst, reads, out)?;
+        let chained = match opts.chain_delay {
+            ChainDelay::Same => opts.clone(),
+            ChainDelay::Scaled => MethodOptions {
+                delay: scaled_chain_delay(opts.delay, restored.elapsed()),
+                ..opts.clone()
+            },
+        };
+        chain(&chained, run.method, dst, reads, out)?;
     }
     Ok(())
 }

@@ -43,5 +43,7 @@ mod words;
 pub use error::RestoreError;
 pub use measure::{measure_method, probe};
 pub use methods::Support;
-pub use options::{fail_from_env, Method, MethodOptions, Step, FAIL_ENV, INJECTABLE, MAX_DELAY_MS};
+pub use options::{
+    fail_from_env, ChainDelay, Method, MethodOptions, Step, FAIL_ENV, INJECTABLE, MAX_DELAY_MS,
+};
 pub use report::{MethodReport, SCHEMA};

@@ -197,6 +197,29 @@ pub struct MethodOptions {
     /// set to the rate saved, KVM_GET_TSC_KHZ of the snapshot); `None`: the
     /// host's, and neither VM's rate is set.
     pub tsc: Option<TscRequest>,
+    /// The chained restore's delay: `delay` again, or scaled with the time
+    /// since the first restore ([`ChainDelay::Scaled`]).
+    pub chain_delay: ChainDelay,
+}
+
+/// The chained restore's delay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainDelay {
+    /// The same as the first restore's (`restore --delay-ms`).
+    Same,
+    /// [`scaled_chain_delay`] of the time since the first restore (check 7).
+    Scaled,
+}
+
+/// The chained restore's delay under [`ChainDelay::Scaled`]: 4 ms per
+/// second since the first restore, at least `min`, at most 100 ms. What a
+/// restore that loses real time loses is at least the delay, and kvmclock's
+/// continuity allowance is 1000 ppm of the host time plus the pages' ages,
+/// which for the chained restore grow with the time since the first
+/// restore's pages were written (1 ms per second): the delay stays at least
+/// 4x that part of the allowance (up to 25 s, beyond any check's run).
+pub fn scaled_chain_delay(min: Duration, since_first: Duration) -> Duration {
+    (since_first * 4 / 1000).clamp(min, Duration::from_millis(100).max(min))
 }
 
 /// The longest `--delay-ms`: a minute, far beyond KVM's one-second matching
@@ -213,6 +236,16 @@ impl std::fmt::Display for Step {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_chained_delay_grows_4_ms_per_second_between_its_bounds() {
+        let ms = Duration::from_millis;
+        let min = ms(10);
+        assert_eq!(scaled_chain_delay(min, ms(300)), ms(10));
+        assert_eq!(scaled_chain_delay(min, ms(5_000)), ms(20));
+        assert_eq!(scaled_chain_delay(min, ms(60_000)), ms(100));
+        assert_eq!(scaled_chain_delay(ms(200), ms(1_000)), ms(200));
+    }
 
     #[test]
     fn methods_and_steps_round_trip_by_name() {

@@ -11,7 +11,7 @@ use tsc_contract::Variant;
 use super::measure::{MethodRun, Reads};
 use super::methods::{Documented, MsrWrites, Trace, TscWrite};
 use super::offsets::{self, ClockSample, NEEDED_CLOCK_FLAGS};
-use super::options::{Method, MethodOptions};
+use super::options::{ChainDelay, Method, MethodOptions};
 use super::report::MethodReport;
 use super::snapshot::{SnapshotInfo, VcpuSaved};
 use crate::session::WarpSeen;
@@ -39,6 +39,7 @@ pub fn options() -> MethodOptions {
         fail_at: None,
         chain: true,
         tsc: None,
+        chain_delay: ChainDelay::Same,
     }
 }
 

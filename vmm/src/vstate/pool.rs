@@ -25,6 +25,7 @@ use super::vcpu::handoff::{Arrive, Hub, Mailbox};
 use super::vcpu::state::Saved;
 use super::vcpu::{self, Command, Event, Link, VcpuThread};
 use super::vm::Vm;
+use crate::backend::host::affinity;
 use crate::host::VmFacts;
 use crate::options::Windows;
 use crate::stop::{self, Signal};
@@ -135,6 +136,11 @@ impl VcpuPool {
             chain: chain.clone(),
             failure: None,
         };
+        let cpus = if spin {
+            affinity::plan(n as u32, &affinity::allowed_cpus())
+        } else {
+            Vec::new()
+        };
         for (index, fd) in fds.into_iter().enumerate() {
             let mailbox = Arc::new(Mailbox::new(Command::Stop));
             let link = Link {
@@ -149,6 +155,11 @@ impl VcpuPool {
             // On failure the pool drops here: it joins (or leaks) the threads
             // already started and the VM with them.
             let handle = vcpu::spawn(thread).map_err(PoolError::Spawn)?;
+            if let Some(&Some(cpu)) = cpus.get(index) {
+                // A vCPU that cannot be pinned runs where the scheduler
+                // puts it, as before.
+                let _ = affinity::pin(handle.as_pthread_t(), cpu);
+            }
             pool.mailboxes.push(mailbox);
             pool.handles.push(handle);
             pool.kickers.push(kicker);

@@ -375,8 +375,14 @@ impl VcpuThread {
                 Ok(exit) => exit,
                 Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
                     self.fd.set_kvm_immediate_exit(0);
-                    // A kick from the spin breaker: let a waiting vCPU run.
-                    std::thread::yield_now();
+                    // A kick from the spin breaker (which runs only when
+                    // the vCPUs outnumber the host's cores, `spin` false
+                    // then): let a waiting vCPU run. Otherwise it was a
+                    // stop's kick (the flag above ends the loop): a yield
+                    // would only hand the core to whatever else is runnable.
+                    if !self.spin {
+                        std::thread::yield_now();
+                    }
                     continue;
                 }
                 Err(e) => return self.fail(VcpuError::Run(e)),
