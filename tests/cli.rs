@@ -955,3 +955,24 @@ fn a_dash_output_is_all_that_stdout_carries() {
     assert!(rows.len() >= 12, "{csv}");
     assert!(rows.iter().all(|r| r.split(',').count() == width), "{csv}");
 }
+
+/// Without a usable KVM, `check --kselftest-exit-codes` skips as the kernel's
+/// KVM selftests do (exit 4, the reason on stderr, nothing on stdout); without
+/// the flag the same run still exits 2, and bad arguments exit 2 with it.
+#[test]
+fn no_kvm_is_a_kselftest_skip_only_under_the_flag() {
+    let no_kvm = [(KVM_DEVICE_ENV, "/nonexistent/kvm")];
+    let skipped = run_env(&["check", "--kselftest-exit-codes", "--ktap", "-"], &no_kvm);
+    let err = String::from_utf8_lossy(&skipped.stderr);
+    assert_eq!(skipped.status.code(), Some(4), "{err}");
+    assert!(err.contains("/nonexistent/kvm"), "names the device: {err}");
+    assert!(err.contains("kselftest skip"), "says why 4: {err}");
+    assert!(skipped.stdout.is_empty(), "nothing on stdout");
+    let plain = run_env(&["check", "--ktap", "-"], &no_kvm);
+    assert_eq!(plain.status.code(), Some(2));
+    let bad = run_env(
+        &["check", "--kselftest-exit-codes", "--vcpus", "0"],
+        &no_kvm,
+    );
+    assert_eq!(bad.status.code(), Some(2), "bad arguments stay 2");
+}

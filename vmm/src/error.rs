@@ -99,6 +99,18 @@ impl RunError {
         )
     }
 
+    /// Whether this host has no KVM the tool can use (the device cannot be
+    /// opened, is not KVM, or lacks a capability the tool needs): what
+    /// kselftest calls a missing prerequisite, a skip rather than a failure.
+    pub fn kvm_unavailable(&self) -> bool {
+        matches!(
+            self,
+            RunError::Vm(
+                VmError::OpenKvm { .. } | VmError::NotKvm { .. } | VmError::MissingCapability(_)
+            )
+        )
+    }
+
     /// The signal that stopped the run, if one did.
     pub fn signal(&self) -> Option<i32> {
         match self {
@@ -181,6 +193,8 @@ mod tests {
             "interrupted by SIGTERM in round 4; the vCPUs were stopped"
         );
         assert!(RunError::Vm(VmError::MissingCapability("KVM_CAP_X")).is_setup());
+        assert!(RunError::Vm(VmError::MissingCapability("KVM_CAP_X")).kvm_unavailable());
+        assert!(!RunError::NothingToRun.kvm_unavailable());
         assert!(!RunError::Lost(1).is_setup());
         assert_eq!(RunError::Lost(1).signal(), None);
         // The pool's own errors keep their meaning through the run's.

@@ -105,7 +105,8 @@ pub struct CheckArgs {
 
     /// Exit as a kselftest does: 0 nothing failed and something passed, 1 a
     /// check failed or regressed, 4 (KSFT_SKIP) every check was skipped or
-    /// undecided. 2 and 130/143 as without it.
+    /// undecided, or no usable KVM (as the kernel's KVM selftests skip
+    /// without /dev/kvm). 2 (other setup errors) and 130/143 as without it.
     #[arg(long)]
     pub kselftest_exit_codes: bool,
 
@@ -222,6 +223,12 @@ fn check(args: &CheckArgs) -> Result<Exit, Exit> {
                 stop::seen(signal);
                 eprintln!("error: {e}");
                 return Ok(Exit::Stopped(signal));
+            }
+            if args.kselftest_exit_codes && e.0.kvm_unavailable() {
+                // kselftest's convention for a missing prerequisite (the
+                // kernel's KVM selftests skip without /dev/kvm): KSFT_SKIP.
+                eprintln!("error: the checks could not run: {e} (a kselftest skip: exit code 4)");
+                return Ok(Exit::Skipped);
             }
             return Err(cannot_run(format_args!("the checks could not run: {e}")));
         }

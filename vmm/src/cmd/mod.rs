@@ -65,7 +65,8 @@ pub enum Cmd {
     /// verdicts. Exit code 0: every check passed (or was skipped); 1: a check
     /// failed or regressed against the baseline; 2: the checks could not run;
     /// 130/143: stopped by SIGINT/SIGTERM (what was measured is reported);
-    /// with --kselftest-exit-codes, 4: every check skipped or undecided.
+    /// with --kselftest-exit-codes, 4: every check skipped or undecided, or
+    /// no usable KVM.
     Check(CheckArgs),
     /// Measure two or more variants interleaved in one VM and compare them.
     Compare(CompareArgs),
