@@ -181,7 +181,9 @@ fn control_follows_its_evidence(doc: &Value, c: &Value, exact: bool) {
 /// an allowance of at least the readings' rounding; a PASS of check 8 has
 /// every jump within its allowance of a TSC move that happened, a FAIL one
 /// within its allowance of the move itself, a reading that wrapped or a
-/// jump beyond both, and a write that moved nothing decides nothing. Check
+/// jump beyond both and beyond what a re-anchoring can step kvmclock by
+/// (its step window; a step within it is UNDECIDED), and a write that moved
+/// nothing decides nothing. Check
 /// 9 promises nothing without KVM_CLOCK_TSC_STABLE (SKIP); its PASS has
 /// every pair's interval around 0 and, for every vCPU whose exact offset
 /// differs from another's, a pair that excludes what stale pages would put
@@ -232,12 +234,29 @@ fn write_kind(w: &Value) -> &'static str {
     assert!((jump - (advance - elapsed)).abs() < 1.0, "{w}");
     assert!(elapsed > 0.0, "time passed between the reads: {w}");
     assert!(allow >= 4.0 && follow >= allow, "{w}");
-    if moved == 0.0 || moved.abs() <= allow + follow {
+    let window = w["step_window_ns"].as_array();
+    assert_eq!(
+        window.is_some(),
+        w["page_rewritten"] == true,
+        "a step window exactly where the page was rewritten: {w}"
+    );
+    let stepped = window.is_some_and(|lh| {
+        let (lo, hi) = (lh[0].as_f64().expect("lo"), lh[1].as_f64().expect("hi"));
+        assert!(
+            lo <= -allow && hi >= allow,
+            "the window holds the allowance: {w}"
+        );
+        (lo..=hi).contains(&jump)
+    });
+    let followed = (jump - moved).abs() <= follow;
+    if moved == 0.0 || moved.abs() <= allow + follow || (stepped && followed) {
         "unknown"
     } else if jump.abs() <= allow {
         "continuous"
-    } else if (jump - moved).abs() <= follow {
+    } else if followed {
         "followed"
+    } else if stepped {
+        "stepped"
     } else {
         "jumped"
     }

@@ -14,10 +14,25 @@
 //! the page's rate against the TSC frequency the time is converted at
 //! (from the page's multiplier and shift), and, where KVM rewrote the page
 //! between the readings, the re-anchoring, which may move kvmclock by the
-//! host clock's drift against the TSC since the page's last update: NTP's
-//! 1000 ppm over the page's age plus the interval. A kvmclock that
+//! host clock's drift against the TSC since the page's last update: a rate
+//! (the caller's `reanchor_ppm`: NTP's 1000 ppm, plus what the host's clock
+//! was measured to run off its TSC where that was measured,
+//! [`crate::tsc::host_clock`]) over the page's age plus the interval. A kvmclock that
 //! followed the TSC jumps by the move within the same allowance plus the
 //! page's rate over the move.
+//!
+//! A re-anchoring can also step kvmclock by how far apart KVM's two reads
+//! of the host fell: it reads the host's TSC (the page's `tsc_timestamp`)
+//! and then its clock (the page's `system_time`), so a page is ahead of the
+//! host's clock by the time between the two, which is at least 0 and at
+//! most the page's age when the guest read it (the clock was read before
+//! the page was written, and the guest read the page after). Across a
+//! rewrite, kvmclock steps by the new page's lead less the old one's: within
+//! `[-(the old page's age), +(the new page's age)]`, widened by the
+//! allowance (the *step window*, a sound bound however slow the host was
+//! between its two reads: microseconds on an emulated or nested host,
+//! nanoseconds on bare metal). A step within it is what a re-anchoring can
+//! do; one beyond it, none can.
 //!
 //! A reading taken with the TSC below its page's `tsc_timestamp` (a
 //! backwards move larger than the page's age, the page not re-anchored)
@@ -61,15 +76,24 @@ pub struct ClockJump {
     /// How old the page was at the first reading (kvmclock minus the page's
     /// system time), ns.
     pub page_age_ns: u64,
+    /// How old the page was at the second reading, ns.
+    pub page_age_after_ns: u64,
     /// How far a kvmclock that ran on may stray across this write, ns (see
     /// the module's documentation); `None` without the TSC frequency, the
     /// move, or a page that was ever written.
     pub allowance_ns: Option<f64>,
     /// How far from the move a kvmclock that followed the TSC may be, ns.
     pub follow_allowance_ns: Option<f64>,
+    /// Where KVM rewrote the page: the least and the most a re-anchoring can
+    /// step kvmclock by, ns (see the module's documentation); `None` when
+    /// the page was not rewritten or there is no allowance.
+    pub step_window_ns: Option<(f64, f64)>,
     /// A reading was taken with the TSC below its page's `tsc_timestamp`:
     /// it wrapped, and the jump (about 10^18 ns) is no time at all.
     pub kvmclock_wrapped: bool,
+    /// The host clock's rate against the TSC the re-anchoring term allows,
+    /// ppm.
+    pub reanchor_ppm: f64,
 }
 
 /// The page's rate (ns per TSC cycle by its multiplier and shift) against
@@ -91,8 +115,22 @@ fn below(tsc: u64, timestamp: u64) -> bool {
 }
 
 /// vCPU `vcpu`'s kvmclock across the write record `r` describes, the write
-/// having moved its TSC by `moved` cycles, at `khz`.
+/// having moved its TSC by `moved` cycles, at `khz`, a re-anchoring allowed
+/// to move kvmclock by [`NTP_MAX_PPM`] of the page's age.
 pub fn across_write(vcpu: u32, r: &ClockRecord, moved: Option<i64>, khz: u32) -> ClockJump {
+    across_write_at(vcpu, r, moved, khz, NTP_MAX_PPM as f64)
+}
+
+/// [`across_write`] with a re-anchoring allowed to move kvmclock by
+/// `reanchor_ppm` of the page's age (at least NTP's).
+pub fn across_write_at(
+    vcpu: u32,
+    r: &ClockRecord,
+    moved: Option<i64>,
+    khz: u32,
+    reanchor_ppm: f64,
+) -> ClockJump {
+    let reanchor_ppm = reanchor_ppm.max(NTP_MAX_PPM as f64);
     let raw = i128::from(r.tsc_after.wrapping_sub(r.tsc_before) as i64);
     let elapsed = moved.and_then(|m| cycles_to_ns_at(raw - i128::from(m), khz));
     let advance = r.kvmclock_after.wrapping_sub(r.kvmclock_before) as i64;
@@ -111,12 +149,13 @@ pub fn across_write(vcpu: u32, r: &ClockRecord, moved: Option<i64>, khz: u32) ->
         r.shifts_before_after().1,
     );
     let age = r.kvmclock_before.saturating_sub(r.system_time_before);
+    let age_after = r.kvmclock_after.saturating_sub(r.system_time_after);
     let rate = rate_error(r.mul_before, r.shifts_before_after().0, khz);
     let allowances = match (rate, elapsed, moved_ns) {
         (Some(rate), Some(e), Some(m)) => {
             let e = e.max(0.0);
             let reanchor = if rewritten {
-                (age as f64 + e) * NTP_MAX_PPM as f64 / 1e6
+                (age as f64 + e) * reanchor_ppm / 1e6
             } else {
                 0.0
             };
@@ -136,10 +175,15 @@ pub fn across_write(vcpu: u32, r: &ClockRecord, moved: Option<i64>, khz: u32) ->
         flags: r.flags_before_after(),
         page_rewritten: rewritten,
         page_age_ns: age,
+        page_age_after_ns: age_after,
         allowance_ns: allowances.map(|a| a.0),
         follow_allowance_ns: allowances.map(|a| a.1),
+        step_window_ns: allowances
+            .filter(|_| rewritten)
+            .map(|(allow, _)| (-(age as f64) - allow, age_after as f64 + allow)),
         kvmclock_wrapped: below(r.tsc_before, r.tsc_timestamp_before)
             || below(r.tsc_after, r.tsc_timestamp_after),
+        reanchor_ppm,
     }
 }
 

@@ -12,6 +12,7 @@ use super::report::{CheckOptions, Environment, Finding, SkewStats};
 use super::tally::RoundTally;
 use crate::error::RunError;
 use crate::session::{Handoff, WarpSeen};
+use crate::tsc::host_clock::ClockDrift;
 use crate::tsc::TscState;
 use crate::units::cycles_to_ns;
 
@@ -111,6 +112,10 @@ pub struct ClockEvidence {
     pub tsc_write: Option<ClockWrites>,
     /// The control: a guest TSC_ADJUST write of the same size.
     pub adjust_write: Option<ClockWrites>,
+    /// The host's CLOCK_MONOTONIC_RAW against its TSC from the start of the
+    /// measurement to after the writes (what a re-anchoring of a page may
+    /// move kvmclock by; `None` when it could not be measured).
+    pub host_clock: Option<ClockDrift>,
 }
 
 /// Everything checks 1 and 3-6 judge.

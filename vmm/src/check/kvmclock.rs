@@ -15,9 +15,12 @@
 //! ([`crate::analysis::clock_jump`]): the time that passed is exact (the
 //! guest's TSC reads less the exact offsets' move), so a kvmclock that ran
 //! on may stray only by the readings' rounding, the page's rate against the
-//! TSC frequency, and, where KVM rewrote the page, the re-anchoring (NTP's
-//! 1000 ppm over the page's age): microseconds here, so a jump of a
-//! millisecond is seen. PASS when every jump is within its allowance of 0;
+//! TSC frequency, and, where KVM rewrote the page, the re-anchoring: the
+//! host clock's rate against the TSC over the page's age, bounded by NTP's
+//! 1000 ppm plus how far the host's CLOCK_MONOTONIC_RAW was measured to run
+//! off its TSC over the measurement ([`crate::tsc::host_clock`]; an emulated
+//! or nested host's clock can run thousands of ppm off): microseconds, so a
+//! jump of a millisecond is seen. PASS when every jump is within its allowance of 0;
 //! FAIL when one is within its allowance of the move (kvmclock followed the
 //! TSC: a stale page), when a reading wrapped (the TSC fell below its page's
 //! tsc_timestamp), or when one jumped beyond its allowance either way;
@@ -28,11 +31,12 @@
 use super::evidence::{Check, ClockWrites, Context, Evidence};
 use super::judge::context;
 use super::report::{Finding, Verdict};
-use crate::analysis::clock_jump::{across_write, ClockJump};
+use crate::analysis::clock_jump::{across_write_at, ClockJump};
 use crate::error::RunError;
 use crate::host::KvmFlavor;
+use crate::tsc::host_clock::ClockDrift;
 use crate::tsc::TscState;
-use crate::units::fmt_int as n;
+use crate::units::{fmt_int as n, NTP_MAX_PPM};
 
 /// Check 8.
 pub struct KvmclockContinuity;
@@ -61,6 +65,7 @@ impl Check for KvmclockContinuity {
             c.adjust_write.as_ref(),
             khz,
             ev.env.host.kvm_flavor,
+            c.host_clock.as_ref(),
         ))
     }
 }
@@ -69,9 +74,15 @@ impl Check for KvmclockContinuity {
 /// as `run --kvmclock`'s per round).
 pub type WriteSeen = ClockJump;
 
+/// The rate a re-anchoring may move kvmclock by, ppm: NTP's, plus the
+/// most the host's clock was measured to run off its TSC.
+pub fn reanchor_ppm(host: Option<&ClockDrift>) -> f64 {
+    NTP_MAX_PPM as f64 + host.map_or(0.0, ClockDrift::worst_ppm)
+}
+
 /// What each vCPU's kvmclock did across the writes `w`: the move from KVM's
-/// exact offsets before and after.
-pub fn seen(w: &ClockWrites, khz: u32) -> Vec<WriteSeen> {
+/// exact offsets before and after, a re-anchoring allowed `reanchor_ppm`.
+pub fn seen(w: &ClockWrites, khz: u32, reanchor_ppm: f64) -> Vec<WriteSeen> {
     w.records
         .iter()
         .enumerate()
@@ -81,7 +92,7 @@ pub fn seen(w: &ClockWrites, khz: u32) -> Vec<WriteSeen> {
                 (Some(a), Some(b)) => Some(a.wrapping_sub(b) as i64),
                 _ => None,
             };
-            across_write(i as u32, r, moved, khz)
+            across_write_at(i as u32, r, moved, khz, reanchor_ppm)
         })
         .collect()
 }
@@ -95,7 +106,12 @@ enum Kind {
     Followed,
     /// A reading wrapped: the TSC fell below its page's tsc_timestamp.
     Wrapped,
-    /// Beyond its allowance of both: kvmclock jumped.
+    /// Beyond its allowance of both, on a page KVM rewrote, within what a
+    /// re-anchoring can step kvmclock by (KVM's reads of the host's TSC and
+    /// clock up to the pages' ages apart): not told from a fault.
+    Stepped,
+    /// Beyond its allowance of both, and of what a re-anchoring can do:
+    /// kvmclock jumped.
     Jumped,
     /// The move within the allowances: running on and following read
     /// alike.
@@ -120,12 +136,18 @@ fn kind(s: &WriteSeen) -> Kind {
     if moved == 0.0 {
         return Kind::Unknown;
     }
-    if moved.abs() <= allow + follow {
+    let stepped = s
+        .step_window_ns
+        .is_some_and(|(lo, hi)| (lo..=hi).contains(&jump));
+    let followed = (jump - moved).abs() <= follow;
+    if moved.abs() <= allow + follow || (stepped && followed) {
         Kind::Unresolved
     } else if jump.abs() <= allow {
         Kind::Continuous
-    } else if (jump - moved).abs() <= follow {
+    } else if followed {
         Kind::Followed
+    } else if stepped {
+        Kind::Stepped
     } else {
         Kind::Jumped
     }
@@ -149,17 +171,41 @@ fn why_unknown(s: &WriteSeen) -> String {
             s.vcpu,
             n(m.round() as i64)
         ),
+        (Some(_), Some(m)) if s.step_window_ns.is_some() && m.abs() > allowances(s) => format!(
+            "vCPU {}'s page was re-anchored {} ns after its last anchoring, no sooner than its \
+             TSC's move of {} ns: a re-anchoring (KVM's reads of the host's TSC and clock that \
+             far apart) and a stale page read alike",
+            s.vcpu,
+            n(s.page_age_ns.max(s.page_age_after_ns) as i64),
+            n(m.round() as i64)
+        ),
         (Some(_), Some(m)) => format!(
             "vCPU {}'s move of {} ns is within the allowances ({} ns): a kvmclock that ran on \
              and one that followed read alike",
             s.vcpu,
             n(m.round() as i64),
-            n(
-                (s.allowance_ns.unwrap_or(0.0) + s.follow_allowance_ns.unwrap_or(0.0)).ceil()
-                    as i64
-            )
+            n(allowances(s).ceil() as i64)
         ),
     }
+}
+
+/// A write's two allowances together, ns.
+fn allowances(s: &WriteSeen) -> f64 {
+    s.allowance_ns.unwrap_or(0.0) + s.follow_allowance_ns.unwrap_or(0.0)
+}
+
+/// Why a re-anchored page's step decides nothing, in words.
+fn why_stepped(s: &WriteSeen, what: &str) -> String {
+    let (lo, hi) = s.step_window_ns.unwrap_or((0.0, 0.0));
+    format!(
+        "{}: beyond its allowance but within the {} to +{} ns a re-anchoring can step kvmclock \
+         by (KVM reads the host's TSC, then its clock; a page leads the clock by the time \
+         between, up to its age when read): far from the move, so no stale page, but not told \
+         from a fault either",
+        words(s, what),
+        n(lo.floor() as i64),
+        n(hi.ceil() as i64)
+    )
 }
 
 fn words(s: &WriteSeen, what: &str) -> String {
@@ -195,13 +241,37 @@ fn words(s: &WriteSeen, what: &str) -> String {
 /// What a write's allowance is made of, in words.
 fn allowance_words(s: &WriteSeen) -> String {
     if s.page_rewritten {
+        let measured = (s.reanchor_ppm - NTP_MAX_PPM as f64).max(0.0).ceil() as i64;
         format!(
-            "rounding, the page's rate, and its re-anchoring: NTP's 1000 ppm over its age of {} \
-             ns",
+            "rounding, the page's rate, and its re-anchoring: {} ppm (NTP's 1000 and the host \
+             clock's measured {} off its TSC) over its age of {} ns",
+            n(s.reanchor_ppm.ceil() as i64),
+            n(measured),
             n(s.page_age_ns)
         )
     } else {
         "rounding and the page's rate; the page was not rewritten".into()
+    }
+}
+
+/// The host's clock against its TSC, and the re-anchoring rate it gives,
+/// in a line of the details.
+fn host_words(host: Option<&ClockDrift>, ppm: f64) -> String {
+    match host {
+        Some(d) => format!(
+            "  host: CLOCK_MONOTONIC_RAW ran {:+.1} to {:+.1} ppm off the TSC at {} kHz over {} \
+             ms; a re-anchoring may move kvmclock by {} ppm of the page's age",
+            d.lo_ppm,
+            d.hi_ppm,
+            n(i64::from(d.khz)),
+            n((d.span_ns() / 1_000_000) as i64),
+            n(ppm.ceil() as i64)
+        ),
+        None => format!(
+            "  host: its clock against its TSC was not measured; a re-anchoring may move \
+             kvmclock by NTP's {} ppm of the page's age",
+            n(ppm.ceil() as i64)
+        ),
     }
 }
 
@@ -299,6 +369,11 @@ fn control_words(control: Option<&[WriteSeen]>) -> String {
             "the TSC_ADJUST control jumped too: {}",
             words(s, "TSC_ADJUST")
         )
+    } else if let Some(s) = c.iter().find(|s| kind(s) == Kind::Stepped) {
+        format!(
+            "the TSC_ADJUST control's page was re-anchored and stepped as well: {}",
+            why_stepped(s, "TSC_ADJUST")
+        )
     } else if let Some(s) = c.iter().find(|s| kind(s) == Kind::Jumped) {
         format!(
             "the TSC_ADJUST control's kvmclock did not run on either: {}",
@@ -316,14 +391,17 @@ pub fn judge(
     control: Option<&ClockWrites>,
     khz: u32,
     flavor: KvmFlavor,
+    host: Option<&ClockDrift>,
 ) -> Finding {
-    let tsc = seen(w, khz);
-    let ctl = control.map(|c| seen(c, khz));
+    let ppm = reanchor_ppm(host);
+    let tsc = seen(w, khz, ppm);
+    let ctl = control.map(|c| seen(c, khz, ppm));
     let ctl_text = control_words(ctl.as_deref());
     let mut f = Finding::skip("nothing measured")
         .with("tsc_write", &tsc)
         .with("adjust_write", &ctl)
-        .with("delta_cycles", w.delta);
+        .with("delta_cycles", w.delta)
+        .with("host_clock", host);
     let mut lines = vec![
         "Check 8, each vCPU's kvmclock across its write (ns unless cycles; jump = kvmclock's \
          advance minus the time that passed)"
@@ -343,6 +421,7 @@ pub fn judge(
     ];
     lines.extend(tsc.iter().map(|s| line(s, "IA32_TSC")));
     lines.extend(ctl.iter().flatten().map(|s| line(s, "TSC_ADJUST")));
+    lines.push(host_words(host, ppm));
     f.details = lines;
     // The control runs first: a TSC_ADJUST write that left its page stale
     // (kvmclock followed the TSC, or wrapped below the page) is a failure of
@@ -355,7 +434,8 @@ pub fn judge(
         f.set(
             Verdict::Fail,
             format!(
-                "{} ({what}); the IA32_TSC writes after it started from the page it left, so                  their own result is not judged: {}{}",
+                "{} ({what}); the IA32_TSC writes after it started from the page it left, so their \
+                 own result is not judged: {}{}",
                 words(s, "TSC_ADJUST"),
                 tsc_summary(&tsc),
                 context(flavor)
@@ -382,6 +462,11 @@ pub fn judge(
         f.set(
             Verdict::Undecided,
             format!("{}; {ctl_text}", why_unknown(s)),
+        );
+    } else if let Some(s) = tsc.iter().find(|s| kind(s) == Kind::Stepped) {
+        f.set(
+            Verdict::Undecided,
+            format!("{}; {ctl_text}", why_stepped(s, "IA32_TSC")),
         );
     } else {
         let (jump, allow) = largest(&tsc);

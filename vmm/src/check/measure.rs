@@ -15,6 +15,7 @@ use crate::analysis::RoundAccumulator;
 use crate::error::RunError;
 use crate::host::HostInfo;
 use crate::session::{Handoff, Session};
+use crate::tsc::host_clock::{ClockDrift, ClockPoint};
 use crate::tsc::{host_rdtsc, TscState, MSR_IA32_TSC, MSR_IA32_TSC_ADJUST};
 use crate::units::fmt_int;
 use crate::vstate::vm;
@@ -23,6 +24,7 @@ use crate::vstate::vm;
 /// read; an error later (a stop request, a vCPU failure) is returned beside
 /// what was measured before it.
 pub fn measure(opts: &CheckOptions) -> Result<(Evidence, Option<RunError>), RunError> {
+    let clock_start = ClockPoint::now();
     let mut s = Session::start_at(opts.vcpus, opts.tsc, opts.timeout)?;
     let initial = s.readback()?;
     let env = Environment {
@@ -42,11 +44,18 @@ pub fn measure(opts: &CheckOptions) -> Result<(Evidence, Option<RunError>), RunE
             after_rounds: None,
             tsc_write: None,
             adjust_write: None,
+            host_clock: None,
         },
         initial,
         frequency: None,
     };
     let mut stopped = rounds_and_warp(&mut s, &mut ev).err();
+    // Against KVM's TSC frequency for the host: the rate its pages assume.
+    let host_khz = ev.env.host.host_tsc_khz.or(ev.env.host.tsc_khz);
+    ev.clock.host_clock = match (clock_start, ClockPoint::now(), host_khz) {
+        (Some(a), Some(b), Some(khz)) => ClockDrift::between(a, b, khz),
+        _ => None,
+    };
     drop(s);
     if stopped.is_none() {
         match super::frequency::measure(opts) {

@@ -1,5 +1,7 @@
 //! One guest read of its TSC and kvmclock with the host's clocks around it
-//! ([`GuestRead`]), and the host's CLOCK_MONOTONIC_RAW. A leaf.
+//! ([`GuestRead`]), and the host's CLOCK_MONOTONIC_RAW.
+
+use crate::tsc::host_clock::clock_ns;
 
 /// One guest read of its TSC and kvmclock ([`Session::guest_clock_read`]),
 /// with the host's TSC and CLOCK_MONOTONIC_RAW just before the vCPU was
@@ -30,20 +32,8 @@ pub struct GuestRead {
     pub mono_after_ns: u64,
 }
 
-/// The host's CLOCK_MONOTONIC_RAW, ns.
+/// The host's CLOCK_MONOTONIC_RAW, ns (0 when it cannot be read: it exists
+/// on every Linux this tool runs on, KVM needs it too).
 pub fn monotonic_raw_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec to the pointer, which points
-    // at `ts`, alive for the call; CLOCK_MONOTONIC_RAW exists on every Linux
-    // this tool runs on (KVM needs it too).
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_RAW, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
+    clock_ns(libc::CLOCK_MONOTONIC_RAW).unwrap_or(0)
 }

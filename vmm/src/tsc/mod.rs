@@ -9,6 +9,7 @@ pub mod clock;
 pub mod clock_points;
 pub mod debugfs;
 pub mod frequency;
+pub mod host_clock;
 mod state;
 
 pub use state::{host_rdtsc, OffsetSource, TscError, TscState, MSR_IA32_TSC, MSR_IA32_TSC_ADJUST};

@@ -5,13 +5,10 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::tsc::host_rdtsc;
+use crate::tsc::host_clock::ClockPoint;
 
 /// How long the measurement runs.
 pub const SPAN: Duration = Duration::from_millis(50);
-
-/// Samples per end; the one with the tightest bracket is used.
-const TRIES: usize = 7;
 
 /// How the frequency was obtained, in words (for the reports).
 pub fn source() -> String {
@@ -21,37 +18,10 @@ pub fn source() -> String {
     )
 }
 
-/// CLOCK_MONOTONIC in ns.
-fn monotonic_ns() -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into `ts`, which is valid and
-    // writable for the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if rc != 0 {
-        return None;
-    }
-    let secs = u64::try_from(ts.tv_sec).ok()?;
-    let nanos = u64::try_from(ts.tv_nsec).ok()?;
-    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
-}
-
-/// `(ns, tsc)`: a clock reading and the midpoint of the tightest bracket of
-/// TSC reads around one.
+/// `(ns, tsc)`: a CLOCK_MONOTONIC reading and the midpoint of the tightest
+/// bracket of TSC reads around one.
 fn sample() -> Option<(u64, u64)> {
-    let mut best: Option<(u64, u64, u64)> = None;
-    for _ in 0..TRIES {
-        let before = host_rdtsc();
-        let ns = monotonic_ns()?;
-        let after = host_rdtsc();
-        let width = after.wrapping_sub(before);
-        if best.is_none_or(|(_, _, w)| width < w) {
-            best = Some((ns, before / 2 + after / 2, width));
-        }
-    }
-    best.map(|(ns, tsc, _)| (ns, tsc))
+    ClockPoint::of(libc::CLOCK_MONOTONIC).map(|p| (p.raw_ns, p.mid_tsc()))
 }
 
 /// Measures the TSC frequency over about `span`, in kHz; `None` when the
