@@ -49,6 +49,7 @@ pub use analysis::{
     analyse_round, Base, RoundAccumulator, RoundResult, SkewBasis, VcpuResult, VcpuSample,
 };
 pub use check::count as check_count;
+pub use check::DEFAULT_WARP_ITERATIONS as CHECK_WARP_ITERATIONS;
 pub use cmd::{dispatch, parse_inject, Cli};
 pub use compare::{
     analyse as analyse_comparison, draw_plot, render_text as render_comparison, CompareData,

@@ -34,12 +34,20 @@ fn say(line: &str) {
     let _ = out.flush();
 }
 
-/// The child of the time-to-first-result measurement.
+/// The child of the time-to-first-result measurement. Its first line also
+/// gives, on CLOCK_MONOTONIC (one clock for every process), when its `main`
+/// ran and when the result came: `first SKEW main_ns=T result_ns=T`, so the
+/// parent can split its time into the process's start and the tool's part.
 pub fn first_result() -> ExitCode {
+    let main_ns = monotonic_ns();
     let mut printed = false;
     let res = run_streaming(&opts(2, 1), &mut |r| {
         if !printed {
-            say(&format!("first {}", r.skew_cycles));
+            let result_ns = monotonic_ns();
+            say(&format!(
+                "first {} main_ns={main_ns} result_ns={result_ns}",
+                r.skew_cycles
+            ));
             printed = true;
         }
         Ok(())
@@ -69,9 +77,74 @@ pub fn bare_boot(vcpus: &str) -> ExitCode {
     }
 }
 
+/// CLOCK_MONOTONIC in nanoseconds (the clock `Instant` reads on Linux,
+/// shared by every process), or 0 if it cannot be read.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `ts`.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
+/// The time to a first result, split where the child's own clock reads fall
+/// (all on CLOCK_MONOTONIC): the parent's spawn to the child's `main` (the
+/// kernel starting a process: fork, exec, the loader, the wait for a core),
+/// the child's `main` to its result (the tool), and the result to the
+/// parent reading it (the bench's own wake-up).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FirstResult {
+    /// Spawn to the parent reading the first line.
+    pub total: Duration,
+    /// Spawn to the child's `main`.
+    pub start: Duration,
+    /// The child's `main` to its result.
+    pub tool: Duration,
+}
+
+impl FirstResult {
+    /// Splits `total` (read by the parent, which spawned at `spawn_ns`) with
+    /// the `main_ns=` and `result_ns=` fields of the child's `line`; `None`
+    /// when the line lacks them or they are out of order.
+    pub fn parse(line: &str, spawn_ns: u64, total: Duration) -> Option<FirstResult> {
+        let field = |key: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let (main, result) = (field("main_ns=")?, field("result_ns=")?);
+        let start = main.checked_sub(spawn_ns)?;
+        let tool = result.checked_sub(main)?;
+        Some(FirstResult {
+            total,
+            start: Duration::from_nanos(start),
+            tool: Duration::from_nanos(tool),
+        })
+    }
+}
+
+/// [`time_to_first_line`] of the first-result child, split by
+/// [`FirstResult::parse`].
+pub fn time_to_first_result() -> Result<FirstResult, String> {
+    let spawn_ns = monotonic_ns();
+    let (total, _, line) = first_line_and_rest(&["--first-result-child"])?;
+    FirstResult::parse(&line, spawn_ns, total)
+        .ok_or_else(|| format!("the first-result child's line has no times: {line:?}"))
+}
+
 /// Runs this binary with `args` and times its start to its first line
 /// starting with `first`; returns the time and the rest of its output.
 pub fn time_to_first_line(args: &[&str]) -> Result<(Duration, String), String> {
+    let (took, rest, _) = first_line_and_rest(args)?;
+    Ok((took, rest))
+}
+
+/// [`time_to_first_line`], with the first line itself.
+fn first_line_and_rest(args: &[&str]) -> Result<(Duration, String, String), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let start = Instant::now();
     let mut child = Command::new(exe)
@@ -90,7 +163,7 @@ pub fn time_to_first_line(args: &[&str]) -> Result<(Duration, String), String> {
     if !line.starts_with("first") || !status.success() {
         return Err(format!("the child {args:?} failed ({status}): {line:?}"));
     }
-    Ok((took, rest))
+    Ok((took, rest, line))
 }
 
 /// User + system time of `who` (RUSAGE_SELF, RUSAGE_THREAD), microseconds.
@@ -207,4 +280,42 @@ pub fn cost_and_output(
         all_cpu_us: field("all_cpu_us").unwrap_or(f64::NAN),
     };
     Ok((cost, out.stdout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_first_line_splits_at_the_childs_clock_reads() {
+        let f = FirstResult::parse(
+            "first 12 main_ns=1003000000 result_ns=1008000000",
+            1_000_000_000,
+            Duration::from_millis(9),
+        );
+        assert_eq!(
+            f,
+            Some(FirstResult {
+                total: Duration::from_millis(9),
+                start: Duration::from_millis(3),
+                tool: Duration::from_millis(5),
+            })
+        );
+    }
+
+    #[test]
+    fn a_first_line_without_times_or_out_of_order_does_not_split() {
+        let total = Duration::from_millis(9);
+        assert_eq!(FirstResult::parse("first 12", 5, total), None);
+        // main before the spawn: not this spawn's child.
+        assert_eq!(
+            FirstResult::parse("first 12 main_ns=4 result_ns=9", 5, total),
+            None
+        );
+        // the result before main.
+        assert_eq!(
+            FirstResult::parse("first 12 main_ns=8 result_ns=7", 5, total),
+            None
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! The `loaded` section: each figure idle and beside one `nice -n 19` CPU
 //! hog per host core ([`Hogs`], started and always stopped by the bench), in
-//! the same run: KVM rounds/s at N = 1, 2 and 8, the first result, `check`'s
+//! the same run: KVM rounds/s at N = 1, 2 and 8, the first result (split
+//! into the process's start and the tool's part: [`FirstResult`]), `check`'s
 //! wall and the bounds its checks 5 and 9 decide with, and the
 //! `sched_yield`s per round of the vCPU threads (when strace is installed).
 //! A loaded figure's floor is the same figure idle: its ratio says how much
@@ -8,7 +9,9 @@
 
 use std::process::{Child, Command, Stdio};
 
-use crate::children::{cost_and_output, opts, time_to_first_line};
+#[cfg(doc)]
+use crate::children::FirstResult;
+use crate::children::{cost_and_output, opts, time_to_first_result};
 use crate::sections::tool_run;
 use crate::syscalls;
 use crate::table::{num, Better, Row, Table};
@@ -241,6 +244,20 @@ pub fn loaded(t: &mut Table, base: usize, reps: usize, cores: usize) -> Result<(
         Better::Lower,
         true,
     );
+    let mut first_start = Pair::new(
+        "loaded_first_result_start_ms",
+        "of it: spawn to the child's main (the kernel starting a process)".into(),
+        "ms",
+        Better::Lower,
+        false,
+    );
+    let mut first_tool = Pair::new(
+        "loaded_first_result_tool_ms",
+        "of it: the child's main to its first result (the tool)".into(),
+        "ms",
+        Better::Lower,
+        true,
+    );
     let mut check = Pair::new(
         "loaded_check_wall_s",
         "check, wall".into(),
@@ -273,8 +290,10 @@ pub fn loaded(t: &mut Table, base: usize, reps: usize, cores: usize) -> Result<(
                 let rounds = if n <= 2 { base } else { base / 3 }.max(20);
                 p.push(loaded, tool_run(&opts(n, rounds))?.0.rounds_per_s);
             }
-            let (d, _) = time_to_first_line(&["--first-result-child"])?;
-            first.push(loaded, d.as_secs_f64() * 1e3);
+            let f = time_to_first_result()?;
+            first.push(loaded, f.total.as_secs_f64() * 1e3);
+            first_start.push(loaded, f.start.as_secs_f64() * 1e3);
+            first_tool.push(loaded, f.tool.as_secs_f64() * 1e3);
             let args = ["check".to_string(), "--json".to_string()];
             let (cost, out) = cost_and_output(&args, &[0, 1], true)?;
             check.push(loaded, cost.wall_s);
@@ -309,7 +328,7 @@ pub fn loaded(t: &mut Table, base: usize, reps: usize, cores: usize) -> Result<(
         }
     }
     let mut pairs = rates;
-    pairs.extend([first, check, c5, c9]);
+    pairs.extend([first, first_start, first_tool, check, c5, c9]);
     if !yields.idle.is_empty() {
         pairs.push(yields);
     }

@@ -422,8 +422,9 @@ pub fn check(t: &mut Table, reps: usize) -> Result<(), String> {
     let mut row = Row::new(
         "check_wall_s",
         format!(
-            "check, all {} checks (2 vCPUs, 200 rounds, warp 10,000): wall",
-            tsc_vmm::check_count()
+            "check, all {} checks (2 vCPUs, 200 rounds, warp {}): wall",
+            tsc_vmm::check_count(),
+            tsc_vmm::CHECK_WARP_ITERATIONS
         ),
         "s",
         Better::Lower,

@@ -54,7 +54,10 @@ use std::time::Instant;
 use crate::error::RunError;
 
 pub use evidence::{Check, Context};
-pub use report::{CheckOptions, CheckReport, CheckResult, Counts, DEFAULT_EXCHANGES, SCHEMA};
+pub use report::{
+    CheckOptions, CheckReport, CheckResult, Counts, DEFAULT_EXCHANGES, DEFAULT_WARP_ITERATIONS,
+    SCHEMA,
+};
 pub use text::render_text;
 
 /// Every check, in report order.

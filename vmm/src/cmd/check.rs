@@ -22,7 +22,7 @@ use crate::check::kcidb::{self, Submission};
 use crate::check::kselftest::{self, Outcome};
 use crate::check::{
     self, baseline, junit, ktap, markdown, openmetrics, CheckOptions, CheckReport,
-    DEFAULT_EXCHANGES,
+    DEFAULT_EXCHANGES, DEFAULT_WARP_ITERATIONS,
 };
 use crate::host::host_name;
 use crate::options::default_timeout;
@@ -47,7 +47,7 @@ pub struct CheckArgs {
     pub variant: Variant,
 
     /// Iterations of the guest's lock-ordered warp test per vCPU.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    #[arg(long, default_value_t = DEFAULT_WARP_ITERATIONS, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub warp_iterations: u64,
 
     /// Exchanges per ordered pair of vCPUs in the forced hand-off test
