@@ -48,6 +48,65 @@ fn value<T: std::str::FromStr>(args: &[String], flag: &str) -> Option<T> {
     args.get(i + 1)?.parse().ok()
 }
 
+/// The sections `--only` names.
+const SECTIONS: [&str; 7] = [
+    "host",
+    "kvm",
+    "rates",
+    "first",
+    "check",
+    "overcommit",
+    "loaded",
+];
+/// Flags that stand alone.
+const SWITCHES: [&str; 4] = ["--quick", "--kvm-1m", "--memory-only", "--no-memory"];
+/// Flags followed by a value (`--json`'s is optional).
+const VALUED: [&str; 5] = ["--reps", "--rounds", "--host-rounds", "--only", "--json"];
+
+const USAGE: &str = "usage: tsc-bench [--quick] [--reps N] [--rounds R] [--host-rounds R] \
+[--only SECTION[,..]] [--memory-only | --no-memory] [--kvm-1m] [--json [FILE]]
+sections: host, kvm, rates, first, check, overcommit, loaded";
+
+/// What is wrong with the arguments, in words naming the argument; `None`
+/// when every one is a known flag with a valid value.
+fn bad_args(args: &[String]) -> Option<String> {
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        if SWITCHES.contains(&a) {
+            i += 1;
+            continue;
+        }
+        if !VALUED.contains(&a) {
+            return Some(format!("unknown argument {a:?}"));
+        }
+        let v = args.get(i + 1).filter(|v| !v.starts_with("--"));
+        match (a, v) {
+            ("--json", None) => {
+                i += 1;
+                continue;
+            }
+            (_, None) => return Some(format!("{a} needs a value")),
+            ("--only", Some(v)) => {
+                if let Some(s) = v.split(',').find(|s| !SECTIONS.contains(s)) {
+                    return Some(format!(
+                        "--only: unknown section {s:?} (sections: {})",
+                        SECTIONS.join(", ")
+                    ));
+                }
+            }
+            ("--reps" | "--rounds" | "--host-rounds", Some(v)) => {
+                if !v.parse::<u32>().is_ok_and(|n| n > 0) {
+                    return Some(format!("{a} {v:?}: expected a positive whole number"));
+                }
+            }
+            _ => {}
+        }
+        i += 2;
+    }
+    None
+}
+
 /// Where `--json` writes: `None` for no JSON, `Some(None)` for stdout.
 fn json_target(args: &[String]) -> Option<Option<String>> {
     let i = args.iter().position(|a| a == "--json")?;
@@ -91,6 +150,14 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         _ => {}
+    }
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    if let Some(e) = bad_args(&args) {
+        eprintln!("tsc-bench: {e}\n{USAGE}");
+        return ExitCode::from(2);
     }
     let has = |f: &str| args.iter().any(|a| a == f);
     let (quick, kvm_1m) = (has("--quick"), has("--kvm-1m"));
@@ -168,5 +235,38 @@ fn main() -> ExitCode {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn known_flags_pass_and_anything_else_is_named() {
+        for ok in [
+            "",
+            "--quick --reps 5 --only check,loaded --json",
+            "--json out.json --no-memory --rounds 300 --host-rounds 1000",
+            "--memory-only --kvm-1m",
+        ] {
+            assert_eq!(bad_args(&args(ok)), None, "{ok}");
+        }
+        for (bad, says) in [
+            ("--help-me", "unknown argument \"--help-me\""),
+            ("--only check,lodaed", "unknown section \"lodaed\""),
+            ("--reps", "--reps needs a value"),
+            ("--reps 0", "expected a positive whole number"),
+            ("--rounds x", "expected a positive whole number"),
+            ("--only --quick", "--only needs a value"),
+            ("check", "unknown argument \"check\""),
+        ] {
+            let got = bad_args(&args(bad)).unwrap_or_default();
+            assert!(got.contains(says), "{bad}: {got}");
+        }
     }
 }
