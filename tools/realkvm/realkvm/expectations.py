@@ -860,6 +860,10 @@ def main(argv):
     except OSError as e:
         print(f"warning: could not write the summary files: {e}", file=sys.stderr)
     if failures:
+        # Again below the table, so that a log cut to its tail still names them.
+        print("\nthe expectations that failed (also in failures.txt):")
+        for f in failures:
+            print(f"  {clip(f, 600)}")
         print(f"\n{len(failures)} expectation(s) failed on {sum(1 for k in kernels if k.failures)} of {len(kernels)} kernel(s)")
         return 1
     print(f"\nevery expectation held on all {len(kernels)} kernel(s)")

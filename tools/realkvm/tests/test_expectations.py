@@ -63,6 +63,9 @@ class ByMachine(unittest.TestCase):
         with contextlib.redirect_stdout(io.StringIO()) as out:
             self.assertEqual(expectations.main(["judge", str(art), "bookworm"]), 1)
         self.assertIn("FAILED (1)", out.getvalue())
+        # Named again below the table: a log cut to its tail still says what failed.
+        tail = out.getvalue().split("FAILED (1)", 1)[1]
+        self.assertIn("the boot timed out", tail)
         summary = json.loads((art / "summary.json").read_text())
         self.assertEqual((summary[0]["kernel"], summary[0]["machine"]), ("bookworm", "qemu-svm"))
         self.assertIn("the boot timed out", (art / "failures.txt").read_text())
