@@ -292,9 +292,9 @@ fn an_overcommitted_run_completes() {
     );
 }
 
-/// The CPUs each thread of this process named `vcpuN` may run on, by N
-/// (from /proc/self/task/*/status).
-fn vcpu_affinities() -> std::collections::BTreeMap<u32, String> {
+/// Each thread of this process named `vcpuN`, by N: the CPUs it may run on
+/// (from /proc/self/task/*/status) and its scheduler slice, ns.
+fn vcpu_affinities() -> std::collections::BTreeMap<u32, (String, u64)> {
     let mut out = std::collections::BTreeMap::new();
     let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
     for t in tasks.flatten() {
@@ -307,11 +307,13 @@ fn vcpu_affinities() -> std::collections::BTreeMap<u32, String> {
             continue;
         };
         let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        let tid: i32 = t.file_name().to_string_lossy().parse().expect("a task id");
+        let slice = tsc_vmm::sched_slice_of(tid).expect("sched_getattr of a vCPU thread");
         if let Some(list) = status
             .lines()
             .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
         {
-            out.insert(n, list.trim().to_string());
+            out.insert(n, (list.trim().to_string(), slice));
         }
     }
     out
@@ -319,7 +321,9 @@ fn vcpu_affinities() -> std::collections::BTreeMap<u32, String> {
 
 /// With no more vCPUs than host cores each vCPU thread is pinned to a core
 /// of its own (two vCPUs on one core would spin in the guest in turns, a
-/// scheduler tick each); with more, none is pinned.
+/// scheduler tick each) and asks for a short scheduler slice (so that, when
+/// woken, it takes its core back from a busy task at once); with more, none
+/// is pinned and none asks (the slice the thread that started them has).
 #[test]
 fn vcpu_threads_have_a_core_each_unless_overcommitted() {
     if !kvm_or_skip() {
@@ -358,8 +362,21 @@ fn vcpu_threads_have_a_core_each_unless_overcommitted() {
         .expect("the run completes");
         let seen = seen.expect("a round completed");
         assert_eq!(seen.len(), n as usize, "n={n}: {seen:?}");
-        let single: std::collections::BTreeSet<&String> =
-            seen.values().filter(|l| l.parse::<u32>().is_ok()).collect();
+        let single: std::collections::BTreeSet<&String> = seen
+            .values()
+            .map(|(l, _)| l)
+            .filter(|l| l.parse::<u32>().is_ok())
+            .collect();
+        // 0 on kernels without custom slices (before 6.12): nothing to see.
+        let base = tsc_vmm::sched_slice_of(0).expect("sched_getattr of this thread");
+        let short = seen
+            .values()
+            .filter(|(_, s)| *s == tsc_vmm::SHORT_SLICE_NS)
+            .count();
+        if base != 0 && base != tsc_vmm::SHORT_SLICE_NS {
+            let want = if n as usize <= cores { n as usize } else { 0 };
+            assert_eq!(short, want, "n={n}, base slice {base}: {seen:?}");
+        }
         if n as usize <= cores {
             assert_eq!(single.len(), n as usize, "n={n}: {seen:?}");
         } else {

@@ -75,4 +75,5 @@ pub use tsc::{
     debugfs, get_offset, has_offset_attr, host_rdtsc, set_offset, OffsetSource, TscState,
 };
 pub use vstate::pool::JOIN_GRACE;
+pub use vstate::slice::{of as sched_slice_of, SHORT_SLICE_NS};
 pub use vstate::vm::{max_vcpus, open_kvm, Vm, VmSpec, HIDE_CAP_ENV, KVM_DEVICE_ENV};
