@@ -95,10 +95,10 @@ fn bad_args(args: &[String]) -> Option<String> {
                     ));
                 }
             }
-            ("--reps" | "--rounds" | "--host-rounds", Some(v)) => {
-                if !v.parse::<u32>().is_ok_and(|n| n > 0) {
-                    return Some(format!("{a} {v:?}: expected a positive whole number"));
-                }
+            ("--reps" | "--rounds" | "--host-rounds", Some(v))
+                if !v.parse::<u32>().is_ok_and(|n| n > 0) =>
+            {
+                return Some(format!("{a} {v:?}: expected a positive whole number"));
             }
             _ => {}
         }
