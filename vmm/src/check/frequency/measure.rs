@@ -56,12 +56,16 @@ pub fn measure(opts: &CheckOptions) -> Result<FrequencyEvidence, RunError> {
     };
     ev.scaling = scaling;
     ev.vm_control = vm_control;
+    // Every probe's VM takes its first reads, waits out one pause shared by
+    // all (each one's span is at least PAUSE), then takes its last reads.
+    let mut pending = Vec::new();
     for ppm in ratios(&scaling) {
         let khz = TscRequest::RatioPpm(ppm).resolve(scaling.host_khz);
         let t = Instant::now();
+        let what = format!("the per-vCPU probe of {khz} kHz");
         match vcpu_probe(opts.timeout, ppm, khz) {
-            Ok(p) => ev.probes.push(p),
-            Err(e) => ev = stop_or(e, ev, &format!("the per-vCPU probe of {khz} kHz"))?,
+            Ok(p) => pending.push((p, what)),
+            Err(e) => ev = stop_or(e, ev, &what)?,
         }
         ev.seconds
             .push((format!("per-vCPU {khz} kHz"), t.elapsed().as_secs_f64()));
@@ -70,14 +74,29 @@ pub fn measure(opts: &CheckOptions) -> Result<FrequencyEvidence, RunError> {
         for ppm in &ratios(&scaling)[..2] {
             let khz = TscRequest::RatioPpm(*ppm).resolve(scaling.host_khz);
             let t = Instant::now();
+            let what = format!("the per-VM probe of {khz} kHz");
             match vm_probe(opts.timeout, *ppm, khz) {
-                Ok(p) => ev.probes.push(p),
-                Err(e) => ev = stop_or(e, ev, &format!("the per-VM probe of {khz} kHz"))?,
+                Ok(p) => pending.push((p, what)),
+                Err(e) => ev = stop_or(e, ev, &what)?,
             }
             ev.seconds
                 .push((format!("per-VM {khz} kHz"), t.elapsed().as_secs_f64()));
         }
     }
+    let t = Instant::now();
+    if pending.iter().any(|(p, _)| p.session.is_some()) {
+        std::thread::sleep(PAUSE);
+    }
+    for (p, what) in pending {
+        match p.finish() {
+            Ok(p) => ev.probes.push(p),
+            Err(e) => ev = stop_or(e, ev, &what)?,
+        }
+    }
+    ev.seconds.push((
+        "the probes' pause and last reads".into(),
+        t.elapsed().as_secs_f64(),
+    ));
     let t = Instant::now();
     match mixed(opts.timeout, &scaling) {
         Ok(m) => ev.mixed = Some(m),
@@ -111,17 +130,39 @@ fn stop_or(
     Ok(ev)
 }
 
-/// `READS` guest reads on `vcpu`, `PAUSE`, `READS` more.
-fn reads(s: &mut Session, vcpu: u32) -> Result<Vec<GuestRead>, RunError> {
-    let mut out = Vec::with_capacity(2 * READS);
+/// `READS` guest reads on vCPU 0 into `out`.
+fn reads_into(s: &mut Session, out: &mut Vec<GuestRead>) -> Result<(), RunError> {
     for _ in 0..READS {
-        out.push(s.guest_clock_read(vcpu)?);
+        out.push(s.guest_clock_read(0)?);
     }
-    std::thread::sleep(PAUSE);
-    for _ in 0..READS {
-        out.push(s.guest_clock_read(vcpu)?);
+    Ok(())
+}
+
+/// A probe with its first reads taken; its VM, when the rate was taken,
+/// waits for the pause and the last reads.
+struct Pending {
+    probe: Probe,
+    session: Option<Session>,
+}
+
+impl Pending {
+    /// A probe whose VM runs at the rate asked: its first reads now.
+    fn reading(mut probe: Probe, mut s: Session) -> Result<Pending, RunError> {
+        probe.reads.reserve(2 * READS);
+        reads_into(&mut s, &mut probe.reads)?;
+        Ok(Pending {
+            probe,
+            session: Some(s),
+        })
     }
-    Ok(out)
+
+    /// The last reads, after the pause.
+    fn finish(mut self) -> Result<Probe, RunError> {
+        if let Some(s) = self.session.as_mut() {
+            reads_into(s, &mut self.probe.reads)?;
+        }
+        Ok(self.probe)
+    }
 }
 
 fn first(states: Vec<TscState>) -> Option<TscState> {
@@ -129,19 +170,15 @@ fn first(states: Vec<TscState>) -> Option<TscState> {
 }
 
 /// KVM_SET_TSC_KHZ on the vCPU of a fresh VM that has run (its kvmclock
-/// registered, read once), and the reads after.
-fn vcpu_probe(timeout: Duration, ratio_ppm: u64, khz: u32) -> Result<Probe, RunError> {
+/// registered, read once), and the first reads after.
+fn vcpu_probe(timeout: Duration, ratio_ppm: u64, khz: u32) -> Result<Pending, RunError> {
     let mut s = Session::start(1, timeout)?;
     let before = first(s.readback()?);
     let pre = s.guest_clock_read(0)?;
     let set = s.host_set_tsc_khz(0, khz)?;
     let after = first(s.readback()?);
-    let reads = if set.is_ok() {
-        reads(&mut s, 0)?
-    } else {
-        Vec::new()
-    };
-    Ok(Probe {
+    let taken = set.is_ok();
+    let probe = Probe {
         scope: SetVia::Vcpu,
         ratio_ppm,
         khz,
@@ -150,12 +187,21 @@ fn vcpu_probe(timeout: Duration, ratio_ppm: u64, khz: u32) -> Result<Probe, RunE
         before,
         after,
         pre: Some(pre),
-        reads,
-    })
+        reads: Vec::new(),
+    };
+    if taken {
+        Pending::reading(probe, s)
+    } else {
+        Ok(Pending {
+            probe,
+            session: None,
+        })
+    }
 }
 
-/// KVM_SET_TSC_KHZ on a VM before its vCPU exists, and the reads after.
-fn vm_probe(timeout: Duration, ratio_ppm: u64, khz: u32) -> Result<Probe, RunError> {
+/// KVM_SET_TSC_KHZ on a VM before its vCPU exists, and the first reads
+/// after.
+fn vm_probe(timeout: Duration, ratio_ppm: u64, khz: u32) -> Result<Pending, RunError> {
     let spec = VmSpec {
         tsc: Some(TscRequest::Khz(khz)),
         ..VmSpec::command_mode(1)
@@ -175,14 +221,16 @@ fn vm_probe(timeout: Duration, ratio_ppm: u64, khz: u32) -> Result<Probe, RunErr
         Ok(s) => s,
         Err(RunError::Vm(VmError::SetTscKhz { errno, why, .. })) => {
             probe.set = Err(format!("{errno}: {why}"));
-            return Ok(probe);
+            return Ok(Pending {
+                probe,
+                session: None,
+            });
         }
         Err(e) => return Err(e),
     };
     probe.after = first(s.readback()?);
     probe.reported = probe.after.map(|a| a.tsc_khz);
-    probe.reads = reads(&mut s, 0)?;
-    Ok(probe)
+    Pending::reading(probe, s)
 }
 
 /// Two vCPUs, vCPU 1 set to twice the host's rate (which KVM takes with or
