@@ -194,9 +194,8 @@ impl Vm {
         }
         check_vcpu_count(spec.vcpus, max_vcpus(&kvm))?;
 
-        let fd = kvm
-            .create_vm()
-            .map_err(|e| VmError::Kvm("KVM_CREATE_VM", e))?;
+        let fd =
+            retry_interrupted(|| kvm.create_vm()).map_err(|e| VmError::Kvm("KVM_CREATE_VM", e))?;
         let creator_tid = current_tid();
         let mem =
             GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), layout::MEM_SIZE as usize)])
@@ -436,6 +435,27 @@ pub fn capabilities(kvm: &Kvm) -> BTreeMap<String, i32> {
     m
 }
 
+/// How often an ioctl that a signal interrupted is tried again.
+const EINTR_RETRIES: u32 = 100;
+
+/// `f` again while a signal interrupts it (EINTR), at most
+/// [`EINTR_RETRIES`] times. The tool's stop handler does not restart system
+/// calls, and KVM_CREATE_VM can end EINTR when a SIGINT lands in it (seen on
+/// Linux 6.1): tried again, the VM exists and the stop request, still
+/// pending, ends the run as a stop (exit 130, the report kept) instead of as
+/// a failure to create the VM.
+fn retry_interrupted<T>(
+    mut f: impl FnMut() -> Result<T, kvm_ioctls::Error>,
+) -> Result<T, kvm_ioctls::Error> {
+    let mut tries = 0;
+    loop {
+        match f() {
+            Err(e) if e.errno() == libc::EINTR && tries < EINTR_RETRIES => tries += 1,
+            other => return other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,5 +496,39 @@ mod tests {
         let e =
             VmError::open_kvm("/dev/kvm".into(), kvm_ioctls::Error::new(libc::ENOENT)).to_string();
         assert!(e.contains("load the kvm module"), "{e}");
+    }
+
+    #[test]
+    fn an_interrupted_ioctl_is_tried_again_and_other_errors_are_not() {
+        let mut calls = 0;
+        let got = retry_interrupted(|| {
+            calls += 1;
+            if calls < 3 {
+                Err(kvm_ioctls::Error::new(libc::EINTR))
+            } else {
+                Ok(calls)
+            }
+        });
+        assert_eq!(got.ok(), Some(3));
+        let mut calls = 0;
+        let got: Result<(), _> = retry_interrupted(|| {
+            calls += 1;
+            Err(kvm_ioctls::Error::new(libc::ENOMEM))
+        });
+        assert_eq!(
+            (got.err().map(|e| e.errno()), calls),
+            (Some(libc::ENOMEM), 1)
+        );
+        let mut calls = 0;
+        let got: Result<(), _> = retry_interrupted(|| {
+            calls += 1;
+            Err(kvm_ioctls::Error::new(libc::EINTR))
+        });
+        assert_eq!(got.err().map(|e| e.errno()), Some(libc::EINTR));
+        assert_eq!(
+            calls,
+            EINTR_RETRIES + 1,
+            "bounded: a signal storm cannot hang it"
+        );
     }
 }
