@@ -8,10 +8,12 @@
 //! measurement: a sound interval, since the raw clock is the clocksource's
 //! counter at a fixed multiplier (no NTP slew) and its average rate over the
 //! span is its rate. The bracketed read serves every host clock the crate
-//! reads. A leaf: it uses only [`host_rdtsc`].
+//! reads. It uses only [`host_rdtsc`] and the rate bound of two bracketed
+//! reads ([`RateBound::linear`]).
 
 use serde::Serialize;
 
+use super::rate::{Bracketed, RateBound};
 use super::state::host_rdtsc;
 
 /// Reads per point; the one with the tightest bracket is kept.
@@ -103,33 +105,28 @@ pub struct ClockDrift {
     pub hi_ppm: f64,
 }
 
-/// f64 rounding in the bound, relative (values up to 2^64 keep 53 bits).
-const F64_SLOP_PPM: f64 = 1e-6;
-
 impl ClockDrift {
     /// The drift from `first` to `last` at `khz`; `None` when the brackets
-    /// overlap, either clock went backwards, or `khz` is 0.
+    /// overlap, either clock went backwards or stood still, or `khz` is 0.
     pub fn between(first: ClockPoint, last: ClockPoint, khz: u32) -> Option<ClockDrift> {
-        if khz == 0 {
+        if khz == 0 || last.raw_ns <= first.raw_ns {
             return None;
         }
-        let ns = last.raw_ns.checked_sub(first.raw_ns)?;
-        // The reads fell somewhere in their brackets: the TSC cycles between
-        // them lie between the brackets' inner and outer distances.
-        let shortest = last.tsc_before.checked_sub(first.tsc_after)?;
-        let longest = last.tsc_after.checked_sub(first.tsc_before)?;
-        if shortest == 0 || ns == 0 {
-            return None;
-        }
-        let tsc_ns = |cycles: u64| cycles as f64 * 1e6 / f64::from(khz);
-        // rate = clock ns per TSC ns; (rate - 1) in ppm.
-        let ppm = |tsc: f64| (ns as f64 / tsc - 1.0) * 1e6;
+        // The clock's ns per host TSC cycle, however the reads fell in
+        // their brackets; at `khz` a cycle is 10^6 / khz ns.
+        let read = |p: ClockPoint| Bracketed {
+            value: p.raw_ns,
+            before: p.tsc_before,
+            after: p.tsc_after,
+        };
+        let rate = RateBound::linear(read(first), read(last), 0)?;
+        let ppm = |ns_per_cycle: f64| (ns_per_cycle * f64::from(khz) / 1e6 - 1.0) * 1e6;
         Some(ClockDrift {
             first,
             last,
             khz,
-            lo_ppm: ppm(tsc_ns(longest)) - F64_SLOP_PPM,
-            hi_ppm: ppm(tsc_ns(shortest)) + F64_SLOP_PPM,
+            lo_ppm: ppm(rate.lo),
+            hi_ppm: ppm(rate.hi),
         })
     }
 

@@ -10,6 +10,7 @@ pub mod clock_points;
 pub mod debugfs;
 pub mod frequency;
 pub mod host_clock;
+pub mod rate;
 mod state;
 
 pub use state::{host_rdtsc, OffsetSource, TscError, TscState, MSR_IA32_TSC, MSR_IA32_TSC_ADJUST};
