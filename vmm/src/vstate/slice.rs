@@ -1,5 +1,6 @@
-//! A short scheduler slice for the threads that hand a round to each other
-//! (the coordinator and the vCPU threads): `sched_setattr`'s
+//! A short scheduler slice for a vCPU thread that has a core of its own
+//! (the coordinator keeps the default: with it too, idle runs got slower):
+//! `sched_setattr`'s
 //! `sched_runtime` on a `SCHED_OTHER`/`SCHED_BATCH` thread, which Linux 6.12
 //! and later take as the thread's slice (clamped to 0.1-100 ms) and which
 //! lets the thread, when woken, preempt a task with a longer slice at once
