@@ -123,12 +123,24 @@ fn check_round(r: &RoundResult, n: u32, honoured: bool, adjust_sum: &mut [i64], 
         let got = c.exit_latency_cycles.expect("an exit time") as i128;
         assert_eq!(got, exit, "{cctx}: exit time");
         assert!(got >= 0, "{cctx}: negative exit time");
-        // With exact offsets every vCPU-round is decided; without them it may
-        // be undecided, never decided the wrong way.
+        // With exact offsets every vCPU-round is decided, except a write of
+        // the value the TSC held at that moment (TSC_ADJUST delta 0), which
+        // moves nothing either way; without them it may be undecided, never
+        // decided the wrong way.
         if let Some(od) = c.offset_delta {
             let expect = if honoured { c.tsc_adjust_delta } else { 0 };
             assert_eq!(od, expect, "{cctx}: offset delta");
-            assert_eq!(c.write_honoured, Some(honoured), "{cctx}: honoured?");
+            let decided = if c.tsc_adjust_delta == 0 {
+                None
+            } else {
+                Some(honoured)
+            };
+            assert_eq!(c.write_honoured, decided, "{cctx}: honoured?");
+            assert_eq!(
+                c.moved_nothing(),
+                decided.is_none(),
+                "{cctx}: moved nothing?"
+            );
         } else {
             assert_ne!(c.write_honoured, Some(!honoured), "{cctx}: honoured?");
         }

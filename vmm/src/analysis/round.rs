@@ -89,6 +89,18 @@ pub struct VcpuResult {
     pub running_khz: u32,
 }
 
+impl VcpuResult {
+    /// Whether this vCPU's write asked its TSC to move by nothing: KVM's
+    /// TSC_ADJUST delta is 0 (the value written was the TSC's own at the
+    /// moment KVM handled it) and the exact offset did not move. Taken effect
+    /// or not, the TSC is where it would be, so no evidence can decide the
+    /// write and none is missing: such a write is neither honoured, nor
+    /// ignored, nor undecided.
+    pub fn moved_nothing(&self) -> bool {
+        self.wrote && self.tsc_adjust_delta == 0 && self.offset_delta == Some(0)
+    }
+}
+
 /// What each vCPU's offset relative to vCPU 0 before a round was known from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -149,7 +161,8 @@ pub struct RoundResult {
     /// Whether every decided vCPU's write took effect; None when none was
     /// decided or they differ.
     pub writes_honoured: Option<bool>,
-    /// vCPUs whose write neither side's evidence decided.
+    /// vCPUs whose write neither side's evidence decided (not counting a
+    /// write that moved nothing, [`VcpuResult::moved_nothing`]).
     pub undecided_vcpus: u32,
     /// What the relative offsets before the round (the base of method (a))
     /// were known from.
@@ -202,7 +215,7 @@ pub fn analyse_round(
     }
     let undecided_vcpus = vcpus
         .iter()
-        .filter(|v| v.wrote && v.write_honoured.is_none())
+        .filter(|v| v.wrote && v.write_honoured.is_none() && !v.moved_nothing())
         .count() as u32;
     compare_vcpus(&vcpus, &mut disagreements);
     relative_offsets(&mut vcpus, samples, base, &mut disagreements);

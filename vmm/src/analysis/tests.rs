@@ -122,6 +122,41 @@ fn honoured_writes_move_the_offsets_by_the_adjust_deltas() {
     assert!(r.disagreements.is_empty(), "{:?}", r.disagreements);
 }
 
+/// A write of the value the TSC already held (KVM's TSC_ADJUST delta 0, the
+/// exact offset unmoved), beside one that moved: the first moved nothing, so
+/// it is neither honoured, nor ignored, nor counted undecided; the round is
+/// decided by the other.
+#[test]
+fn a_write_of_the_tscs_own_value_moved_nothing() {
+    let v = 1_000_000u64;
+    let d1: i64 = v as i64 - 1_010_000;
+    let samples = [
+        VcpuSample {
+            record: record(0, v, v - 100, v + 500),
+            before: state(0, Some(0), 1_000_000, 1_000_000),
+            after: state(0, Some(0), 2_000_000, 2_000_000),
+        },
+        VcpuSample {
+            record: record(1, v, 1_009_800, v + 300),
+            before: state(0, Some(0), 1_000_000, 1_000_000),
+            after: state(
+                d1 as u64,
+                Some(d1 as u64),
+                (2_000_000 + d1) as u64,
+                2_000_000,
+            ),
+        },
+    ];
+    let r = analyse_round(0, "xen-rfc-v3", &samples, &Base::creation(2), None);
+    let (c0, c1) = (&r.vcpus[0], &r.vcpus[1]);
+    assert!(c0.wrote && c0.moved_nothing(), "{c0:?}");
+    assert_eq!((c0.write_honoured, c0.guest_saw_jump), (None, None));
+    assert!(!c1.moved_nothing());
+    assert_eq!(c1.write_honoured, Some(true));
+    assert_eq!((r.writes_honoured, r.undecided_vcpus), (Some(true), 0));
+    assert!(r.disagreements.is_empty(), "{:?}", r.disagreements);
+}
+
 #[test]
 fn a_mismatch_between_methods_is_reported() {
     let v = 1_000_000u64;

@@ -46,6 +46,11 @@ pub struct RoundTally {
     pub not_honoured_by: [u64; 4],
     /// Of those, undecided.
     pub undecided: u64,
+    /// Of those, writes that moved nothing ([`VcpuResult::moved_nothing`]):
+    /// counted neither honoured, ignored nor undecided.
+    ///
+    /// [`VcpuResult::moved_nothing`]: crate::analysis::VcpuResult::moved_nothing
+    pub moved_nothing: u64,
     /// Decided by the guest's evidence (KVM's was inconclusive).
     pub decided_by_guest: u64,
     /// Where KVM's and the guest's evidence contradicted each other.
@@ -123,6 +128,7 @@ impl RoundTally {
             match v.write_honoured {
                 Some(true) => self.honoured += 1,
                 Some(false) => self.not_honoured_by[index(v.decided_by)] += 1,
+                None if v.moved_nothing() => self.moved_nothing += 1,
                 None => self.undecided += 1,
             }
             if v.decided_by == Some(DecidedBy::Guest) {

@@ -210,6 +210,7 @@ pub fn judge(
         .with("honoured", t.honoured)
         .with("not_honoured", ignored)
         .with("undecided", t.undecided)
+        .with("moved_nothing", t.moved_nothing)
         .with("decided_by_host", by_host)
         .with("decided_by_guest", t.decided_by_guest)
         .with("contradictory", t.contradictory)
@@ -241,9 +242,15 @@ pub fn judge(
             Verdict::Fail,
             format!("{}{}", what.join("; "), context(flavor)),
         );
-    } else if t.undecided > 0 || !read_open.is_empty() {
+    } else if t.undecided > 0 || !read_open.is_empty() || t.honoured == 0 {
         let mut what = Vec::new();
-        if t.undecided > 0 {
+        if t.honoured == 0 && t.undecided == 0 {
+            what.push(format!(
+                "all {total} vCPU-rounds wrote the value their TSC already held (KVM's \
+                 TSC_ADJUST delta 0, the offset unmoved): nothing moved, so nothing shows \
+                 whether writes take effect"
+            ));
+        } else if t.undecided > 0 {
             let why = if t.contradictory > 0 {
                 format!(
                     ", {} of them because KVM's and the guest's evidence contradict each other",
@@ -254,9 +261,11 @@ pub fn judge(
             };
             what.push(format!(
                 "{} of {total} vCPU-rounds could not be decided (the offset change was \
-                 within the bracketed reads' error and the guest's TSC could not tell){why}; the \
-                 other {} took effect",
-                t.undecided, t.honoured
+                 within the bracketed reads' error and the guest's TSC could not tell){why}; {} \
+                 took effect{}",
+                t.undecided,
+                t.honoured,
+                moved_nothing(t)
             ));
         }
         what.extend(read_open);
@@ -266,13 +275,24 @@ pub fn judge(
             Verdict::Pass,
             format!(
                 "in all {} rounds every vCPU's write took effect ({by_host} decided by KVM's \
-                 evidence, {} by the guest's) and a later read found its TSC moved by what the \
+                 evidence, {} by the guest's{}) and a later read found its TSC moved by what the \
                  writes asked",
-                t.rounds, t.decided_by_guest
+                t.rounds,
+                t.decided_by_guest,
+                moved_nothing(t)
             ),
         );
     }
     f
+}
+
+/// ", K wrote the value their TSC already held and moved nothing" (empty
+/// when none did): such writes are neither evidence nor a gap.
+fn moved_nothing(t: &RoundTally) -> String {
+    match t.moved_nothing {
+        0 => String::new(),
+        k => format!(", {k} wrote the value their TSC already held and moved nothing"),
+    }
 }
 
 /// "K of N vCPU-rounds' writes did not take effect: <by which evidence>".

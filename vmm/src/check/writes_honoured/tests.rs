@@ -170,6 +170,63 @@ fn a_vcpu_round_neither_side_decides_is_undecided_not_a_failure() {
     assert_eq!(f.values["not_honoured"], 0);
 }
 
+/// A write of the value the TSC already held (TSC_ADJUST delta 0, the
+/// exact offset unmoved) is no gap in the evidence: beside decided writes
+/// the check passes and says so; writes that all moved nothing show
+/// nothing, so the check is UNDECIDED, never PASS.
+#[test]
+fn a_write_that_moved_nothing_is_neither_evidence_nor_a_gap() {
+    let r = [
+        round(
+            vec![vcpu(0, -400_000, Some(-400_000), Some(true))],
+            Some(true),
+            0,
+        ),
+        round(vec![vcpu(0, 0, Some(0), None)], None, 0),
+    ];
+    let t = RoundTally::of(&r);
+    assert_eq!(
+        (t.wrote, t.honoured, t.undecided, t.moved_nothing),
+        (2, 1, 0, 1)
+    );
+    let f = judge(&t, &[pair(-400_000)], 1_000, KvmFlavor::Svm);
+    assert_eq!(f.verdict, Verdict::Pass, "{}", f.reason);
+    assert!(
+        f.reason
+            .contains("1 wrote the value their TSC already held and moved nothing"),
+        "{}",
+        f.reason
+    );
+    assert_eq!(f.values["moved_nothing"], 1);
+
+    let r = [round(vec![vcpu(0, 0, Some(0), None)], None, 0)];
+    let f = judge(&RoundTally::of(&r), &[pair(0)], 1_000, KvmFlavor::Svm);
+    assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
+    assert!(
+        f.reason.starts_with("all 1 vCPU-rounds wrote the value"),
+        "{}",
+        f.reason
+    );
+
+    // Without exact offsets a delta of 0 is undecided as before: the
+    // bracketed reads cannot show that the offset did not move.
+    let r = [
+        round(
+            vec![vcpu(0, -400_000, Some(-400_000), Some(true))],
+            Some(true),
+            0,
+        ),
+        round(vec![vcpu(0, 0, None, None)], None, 0),
+    ];
+    let f = judge(
+        &RoundTally::of(&r),
+        &[pair(-400_000)],
+        1_000,
+        KvmFlavor::Svm,
+    );
+    assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
+}
+
 /// The offsets say ignored, the guest's TSC jumped: contradictory, so
 /// undecided; the check never says "not honoured" while the guest saw the
 /// jump.
