@@ -31,7 +31,7 @@ use super::report::{Finding, Verdict};
 use crate::error::RunError;
 use crate::host::KvmFlavor;
 use crate::session::one_clock;
-use crate::session::{both_directions_bound, interval_apart, Handoff};
+use crate::session::{both_directions_bound, interval_apart, kvmclocks_apart_words, Handoff};
 use crate::units::{cycles_to_ns_at, fmt_int as n};
 
 /// Check 9.
@@ -73,9 +73,12 @@ pub struct ClockPair {
     pub a: u32,
     /// The responder.
     pub b: u32,
-    /// The responder's kvmclock minus the initiator's is at least this.
+    /// The responder's kvmclock minus the initiator's is at least this (at
+    /// the exchange that set it).
     pub lower_ns: i64,
-    /// And at most this.
+    /// And at most this (at the exchange that set it). Below `lower_ns`:
+    /// no constant difference fits the exchanges, the difference moved
+    /// during the test by at least `lower_ns - upper_ns`.
     pub upper_ns: i64,
     /// The shortest round trip, ns.
     pub shortest_round_trip_ns: u64,
@@ -189,17 +192,7 @@ fn agreement(h: &Handoff, vcpus: u32) -> String {
         return "no pair's kvmclocks were measured".into();
     }
     match p.iter().max_by_key(|x| x.apart()) {
-        Some(w) if w.differ() => format!(
-            "vCPUs {} and {} see kvmclocks {} ns apart beyond the bound (vCPU {}'s minus vCPU \
-             {}'s in [{}, {}] ns)",
-            w.a,
-            w.b,
-            n(w.apart()),
-            w.b,
-            w.a,
-            n(w.lower_ns),
-            n(w.upper_ns)
-        ),
+        Some(w) if w.differ() => kvmclocks_apart_words(w.a, w.b, w.apart(), w.lower_ns, w.upper_ns),
         _ if h.all_pairs => format!(
             "every pair's kvmclocks agree within ±{} ns",
             n(worst_bound(p))

@@ -23,7 +23,7 @@ use super::clock_report::{
 };
 use super::offsets::{flag_names, ClockSample};
 use super::reads::ClockAfter;
-use crate::session::{one_clock, Agreement, Handoff};
+use crate::session::{kvmclocks_apart_words, one_clock, Agreement, Handoff};
 use crate::units::{cycles_to_ns_at, fmt_int as n, WATCHDOG_MAX_SKEW_NS};
 
 /// A page as the report shows it.
@@ -46,13 +46,9 @@ pub fn agreement_words(a: &Agreement) -> String {
         return "no pair's kvmclocks were measured".into();
     }
     match (a.worst_pair, a.worst_interval) {
-        (Some((x, y)), Some((lo, hi))) if a.differ() => format!(
-            "vCPUs {x} and {y} see kvmclocks {} ns apart beyond the bound (vCPU {y}'s minus \
-             vCPU {x}'s in [{}, {}] ns)",
-            n(a.apart),
-            n(lo),
-            n(hi)
-        ),
+        (Some((x, y)), Some((lo, hi))) if a.differ() => {
+            kvmclocks_apart_words(x, y, a.apart, lo, hi)
+        }
         _ => format!(
             "every pair's kvmclocks agree within ±{} ns ({} ordered pairs)",
             n(a.bound),

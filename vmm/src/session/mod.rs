@@ -22,7 +22,9 @@ use crate::vstate::vm::{self, Vm, VmSpec};
 use crate::vstate::{memory, Saved, VcpuPool};
 
 pub use read::{monotonic_raw_ns, GuestRead};
-pub use seen::{both_directions_bound, interval_apart, Agreement, Handoff, WarpSeen};
+pub use seen::{
+    both_directions_bound, interval_apart, kvmclocks_apart_words, Agreement, Handoff, WarpSeen,
+};
 
 /// A running command-mode VM. Dropping it stops every vCPU.
 pub struct Session {

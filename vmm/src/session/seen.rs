@@ -4,6 +4,8 @@
 
 use tsc_contract::HandoffResult;
 
+use crate::units::fmt_int as n;
+
 /// What one vCPU saw in the warp test.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct WarpSeen {
@@ -39,6 +41,35 @@ pub fn interval_apart(lower: i64, upper: i64) -> u64 {
         upper.unsigned_abs()
     } else {
         0
+    }
+}
+
+/// In words: initiator `a` and responder `b` read kvmclocks `apart` ns
+/// beyond the bound of their exchanges, the responder's minus the
+/// initiator's in `[lower, upper]`. An inverted interval (lower above upper)
+/// is said as what it is: each end held at its own exchange, so no constant
+/// difference fits them and the difference moved by at least `lower - upper`
+/// during the test (the two kvmclocks ran at different rates).
+pub fn kvmclocks_apart_words(a: u32, b: u32, apart: u64, lower: i64, upper: i64) -> String {
+    let head = format!(
+        "vCPUs {a} and {b} see kvmclocks {} ns apart beyond the bound",
+        n(apart)
+    );
+    if lower > upper {
+        format!(
+            "{head}, and by no constant difference: vCPU {b}'s minus vCPU {a}'s was at least {} \
+             ns at one exchange and at most {} ns at another, so it moved by at least {} ns \
+             during the test (the two kvmclocks ran at different rates)",
+            n(lower),
+            n(upper),
+            n(i128::from(lower) - i128::from(upper)),
+        )
+    } else {
+        format!(
+            "{head} (vCPU {b}'s minus vCPU {a}'s in [{}, {}] ns)",
+            n(lower),
+            n(upper)
+        )
     }
 }
 
@@ -112,6 +143,25 @@ impl Handoff {
 mod tests {
     use super::*;
     use tsc_contract::HandoffResult;
+
+    #[test]
+    fn kvmclocks_apart_are_said_as_an_interval_or_as_a_moving_difference() {
+        assert_eq!(
+            kvmclocks_apart_words(0, 1, 2_000, 2_000, 3_000),
+            "vCPUs 0 and 1 see kvmclocks 2,000 ns apart beyond the bound (vCPU 1's minus vCPU \
+             0's in [2,000, 3,000] ns)"
+        );
+        let w = kvmclocks_apart_words(1, 0, 7, -5, -7);
+        assert!(
+            w.ends_with(
+                "at least -5 ns at one exchange and at most -7 ns at another, so it moved by at \
+                 least 2 ns during the test (the two kvmclocks ran at different rates)"
+            ),
+            "{w}"
+        );
+        // Inverted, each end held at its own exchange: 0 is outside at both.
+        assert_eq!(interval_apart(5, -7), 5);
+    }
 
     fn pair(a: u32, b: u32, lower: i64, upper: i64) -> HandoffResult {
         HandoffResult {
