@@ -445,9 +445,12 @@ fn relative_offsets(
     disagreements: &mut Vec<String>,
 ) {
     let d0 = vcpus.first().map_or(0, |v| v.tsc_adjust_delta);
+    // How far the write moved the vCPU's offset: by its delta if it took
+    // effect, by nothing if it did not or it moved nothing either way.
     let jump = |v: &VcpuResult| match v.write_honoured {
         Some(true) => Some(v.tsc_adjust_delta),
         Some(false) => Some(0),
+        None if v.moved_nothing() => Some(0),
         None => None,
     };
     let jump0 = vcpus.first().and_then(jump);
