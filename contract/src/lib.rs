@@ -1066,7 +1066,7 @@ impl ClockRecord {
     }
 }
 
-/// [`RoundRecord::flags`]: the guest has IA32_TSC_ADJUST (CPUID.(7,0):EBX[1]) and
+/// [`RoundRecord::flags`]: the guest has IA32_TSC_ADJUST (CPUID.(7,0):EBX\[1\]) and
 /// the `adjust_*` fields are real readings.
 pub const RECORD_HAS_TSC_ADJUST: u32 = 1 << 0;
 /// [`RoundRecord::flags`]: the vCPU wrote no common value to IA32_TSC this

@@ -250,7 +250,7 @@ pub struct HostInfo {
     /// round; `None` when the run started as the hypervisor set it up.
     #[serde(default)]
     pub initial_skew_cycles: Option<u64>,
-    /// How the run was paced ([`Pacing`]); `None` where no rounds ran
+    /// How the run was paced (`Pacing`); `None` where no rounds ran
     /// (check, restore) and in earlier documents, and then not written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pacing: Option<Pacing>,

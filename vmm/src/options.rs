@@ -17,7 +17,7 @@ pub enum Backend {
     /// state read back through KVM.
     #[default]
     Kvm,
-    /// On host threads of this OS ([`crate::native`]): one thread per
+    /// On host threads of this OS (`backend::host`): one thread per
     /// "vCPU", real `rdtsc`, TSC writes simulated as per-thread offsets. No
     /// hypervisor of this tool is involved.
     Host,
@@ -84,7 +84,7 @@ pub struct RunOptions {
     /// set).
     pub timeout: Duration,
     /// When set, every round must finish within this instead (the watchdog
-    /// is re-armed before each round; see [`crate::run::run_scheduled`]):
+    /// is re-armed before each round; see `run::run_scheduled`):
     /// runs that end when their time is up (`--duration`).
     pub round_timeout: Option<Duration>,
     /// The guest image; the embedded one when `None`.
@@ -97,7 +97,7 @@ pub struct RunOptions {
     pub sync_windows_ms: (u64, u64),
     /// `--initial-skew CYCLES`: vCPU k starts `k * CYCLES / (N - 1)` cycles
     /// ahead of vCPU 0, set before the first round and verified by the
-    /// readback ([`crate::skew`]); `None`: as the hypervisor starts them.
+    /// readback (`initial_skew`); `None`: as the hypervisor starts them.
     pub initial_skew: Option<u64>,
     /// `--guest-view EXCHANGES`: after every round the guest runs the
     /// forced hand-off test (this many exchanges per pair of vCPU 0 with

@@ -77,7 +77,7 @@ pub static CHECKS: &[&dyn Check] = &[
     &scaled_rendezvous::ScaledRendezvous,
 ];
 
-/// How many checks `check` runs ([`CHECKS`]).
+/// How many checks `check` runs (`CHECKS`).
 pub fn count() -> usize {
     CHECKS.len()
 }

@@ -119,7 +119,7 @@ pub fn verdict(c: &MetricComparison) -> String {
     }
 }
 
-/// Summarises and compares what was measured (a [`Measured`], or the list
+/// Summarises and compares what was measured (a `Measured`, or the list
 /// form [`super::CompareData`]); `incomplete` says why the measurement ended
 /// before its plan did, if it did.
 pub fn analyse(

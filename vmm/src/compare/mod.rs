@@ -102,7 +102,7 @@ pub struct MeasuredRound {
 }
 
 /// Everything measured, as a list of every round (for tests and small
-/// inputs; `compare` itself keeps [`Measured`], which does not grow with the
+/// inputs; `compare` itself keeps `Measured`, which does not grow with the
 /// rounds). [`analyse`] and [`draw_plot`] take either.
 #[derive(Clone, Debug)]
 pub struct CompareData {

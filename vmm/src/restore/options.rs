@@ -207,7 +207,7 @@ pub struct MethodOptions {
 pub enum ChainDelay {
     /// The same as the first restore's (`restore --delay-ms`).
     Same,
-    /// [`scaled_chain_delay`] of the time since the first restore (check 7).
+    /// `scaled_chain_delay` of the time since the first restore (check 7).
     Scaled,
 }
 

@@ -51,7 +51,7 @@ pub struct TscState {
     /// backend).
     pub host_khz: u32,
     /// Whether KVM scales this vCPU's TSC from the host's (TSC scaling and a
-    /// rate beyond KVM's tolerance: [`crate::tsc::frequency::Ratio::effective`]);
+    /// rate beyond KVM's tolerance: `Ratio::effective`);
     /// then the bracket (host cycles) enters the estimates multiplied by
     /// `tsc_khz / host_khz`.
     pub scaled: bool,

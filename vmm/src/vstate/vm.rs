@@ -132,7 +132,7 @@ pub struct VmSpec<'a> {
     /// Whether the guest waits for the host's commands instead of running
     /// rounds ([`tsc_contract::Op`]).
     pub command_mode: bool,
-    /// The windows of Linux's sync, ms ([`Windows`]).
+    /// The windows of Linux's sync, ms (`Windows`).
     pub windows_ms: (u64, u64),
     /// A fault the guest injects (testing).
     pub inject: Option<Injection>,

@@ -324,7 +324,7 @@ impl Distribution {
 
     /// The empirical CDF as steps: every distinct value (kept values) or bin
     /// (histogram), ascending, with the fraction of values at or below it.
-    /// At most [`EXACT_LIMIT`] points or the histogram's bins, whatever the
+    /// At most `EXACT_LIMIT` points or the histogram's bins, whatever the
     /// count.
     pub fn ecdf(&self) -> Vec<(f64, f64)> {
         let bins = self.bins();
