@@ -92,12 +92,20 @@ pub struct VcpuResult {
 impl VcpuResult {
     /// Whether this vCPU's write asked its TSC to move by nothing: KVM's
     /// TSC_ADJUST delta is 0 (the value written was the TSC's own at the
-    /// moment KVM handled it) and the exact offset did not move. Taken effect
-    /// or not, the TSC is where it would be, so no evidence can decide the
-    /// write and none is missing: such a write is neither honoured, nor
-    /// ignored, nor undecided.
+    /// moment KVM handled it), the exact offset did not move, and the guest's
+    /// own reads agree that its TSC passed the value written then (its read
+    /// just before the write at most the value, its read after the loop at
+    /// least). Taken effect or not, the TSC is where it would be, so no
+    /// evidence can decide the write and none is missing: such a write is
+    /// neither honoured, nor ignored, nor undecided.
     pub fn moved_nothing(&self) -> bool {
-        self.wrote && self.tsc_adjust_delta == 0 && self.offset_delta == Some(0)
+        let v = self.written_value;
+        self.wrote
+            && self.tsc_at_write == Some(v)
+            && self.tsc_adjust_delta == 0
+            && self.offset_delta == Some(0)
+            && signed_delta(v, self.tsc_before_write) >= 0
+            && signed_delta(self.tsc_after_loop, v) >= 0
     }
 }
 

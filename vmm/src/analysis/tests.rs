@@ -155,6 +155,15 @@ fn a_write_of_the_tscs_own_value_moved_nothing() {
     assert_eq!(c1.write_honoured, Some(true));
     assert_eq!((r.writes_honoured, r.undecided_vcpus), (Some(true), 0));
     assert!(r.disagreements.is_empty(), "{:?}", r.disagreements);
+
+    // The same record but a guest read after the loop below the value
+    // written: a TSC that held the value at the write cannot read below it
+    // later, so the write did not move nothing; it stays undecided.
+    let mut late = samples;
+    late[0].record.tsc_after_loop = v - 1;
+    let r = analyse_round(0, "xen-rfc-v3", &late, &Base::creation(2), None);
+    assert!(!r.vcpus[0].moved_nothing());
+    assert_eq!(r.undecided_vcpus, 1);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 use super::super::testdata::{round, vcpu};
 use super::*;
+use crate::analysis::VcpuResult;
 
 /// A read before the first round and a later one 40 M host cycles on,
 /// each bracketed by ±5,000 host cycles, between which the guest's TSC
@@ -176,13 +177,19 @@ fn a_vcpu_round_neither_side_decides_is_undecided_not_a_failure() {
 /// nothing, so the check is UNDECIDED, never PASS.
 #[test]
 fn a_write_that_moved_nothing_is_neither_evidence_nor_a_gap() {
+    // KVM handled the write when the TSC held the value written (5,000),
+    // between the guest's reads before it (4,500) and after the loop (5,100).
+    let still = |off| VcpuResult {
+        tsc_at_write: Some(5_000),
+        ..vcpu(0, 0, off, None)
+    };
     let r = [
         round(
             vec![vcpu(0, -400_000, Some(-400_000), Some(true))],
             Some(true),
             0,
         ),
-        round(vec![vcpu(0, 0, Some(0), None)], None, 0),
+        round(vec![still(Some(0))], None, 0),
     ];
     let t = RoundTally::of(&r);
     assert_eq!(
@@ -199,7 +206,7 @@ fn a_write_that_moved_nothing_is_neither_evidence_nor_a_gap() {
     );
     assert_eq!(f.values["moved_nothing"], 1);
 
-    let r = [round(vec![vcpu(0, 0, Some(0), None)], None, 0)];
+    let r = [round(vec![still(Some(0))], None, 0)];
     let f = judge(&RoundTally::of(&r), &[pair(0)], 1_000, KvmFlavor::Svm);
     assert_eq!(f.verdict, Verdict::Undecided, "{}", f.reason);
     assert!(
