@@ -83,34 +83,25 @@ fn ignored_writes_give_the_would_be_skew_from_tsc_adjust() {
     assert!(r.disagreements.is_empty(), "{:?}", r.disagreements);
 }
 
+/// vCPU `id` wrote `v` with its TSC at `before_write` just before and
+/// `after_loop` after the loop, and KVM moved its exact offset (and its
+/// TSC_ADJUST) by `d` from 0 over a round of 1 M host cycles.
+fn moved_by(id: u32, v: u64, before_write: u64, after_loop: u64, d: i64) -> VcpuSample {
+    VcpuSample {
+        record: record(id, v, before_write, after_loop),
+        before: state(0, Some(0), 1_000_000, 1_000_000),
+        after: state(d as u64, Some(d as u64), (2_000_000 + d) as u64, 2_000_000),
+    }
+}
+
 /// An honouring hypervisor: offsets move by exactly the TSC_ADJUST deltas,
 /// the guest's TSC jumps, and the exit time is measured from the value written.
 #[test]
 fn honoured_writes_move_the_offsets_by_the_adjust_deltas() {
     let v = 1_000_000u64;
-    let d0: i64 = v as i64 - 1_003_000;
-    let d1: i64 = v as i64 - 1_010_000;
     let samples = [
-        VcpuSample {
-            record: record(0, v, 1_002_900, v + 500),
-            before: state(0, Some(0), 1_000_000, 1_000_000),
-            after: state(
-                d0 as u64,
-                Some(d0 as u64),
-                (2_000_000 + d0) as u64,
-                2_000_000,
-            ),
-        },
-        VcpuSample {
-            record: record(1, v, 1_009_800, v + 300),
-            before: state(0, Some(0), 1_000_000, 1_000_000),
-            after: state(
-                d1 as u64,
-                Some(d1 as u64),
-                (2_000_000 + d1) as u64,
-                2_000_000,
-            ),
-        },
+        moved_by(0, v, 1_002_900, v + 500, v as i64 - 1_003_000),
+        moved_by(1, v, 1_009_800, v + 300, v as i64 - 1_010_000),
     ];
     let r = analyse_round(0, "xen-head", &samples, &Base::creation(2), None);
     assert_eq!(r.writes_honoured, Some(true));
@@ -129,23 +120,9 @@ fn honoured_writes_move_the_offsets_by_the_adjust_deltas() {
 #[test]
 fn a_write_of_the_tscs_own_value_moved_nothing() {
     let v = 1_000_000u64;
-    let d1: i64 = v as i64 - 1_010_000;
     let samples = [
-        VcpuSample {
-            record: record(0, v, v - 100, v + 500),
-            before: state(0, Some(0), 1_000_000, 1_000_000),
-            after: state(0, Some(0), 2_000_000, 2_000_000),
-        },
-        VcpuSample {
-            record: record(1, v, 1_009_800, v + 300),
-            before: state(0, Some(0), 1_000_000, 1_000_000),
-            after: state(
-                d1 as u64,
-                Some(d1 as u64),
-                (2_000_000 + d1) as u64,
-                2_000_000,
-            ),
-        },
+        moved_by(0, v, v - 100, v + 500, 0),
+        moved_by(1, v, 1_009_800, v + 300, v as i64 - 1_010_000),
     ];
     let r = analyse_round(0, "xen-rfc-v3", &samples, &Base::creation(2), None);
     let (c0, c1) = (&r.vcpus[0], &r.vcpus[1]);
