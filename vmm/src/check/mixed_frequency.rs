@@ -1,9 +1,9 @@
 //! Check 12, `mixed-frequency`: two vCPUs of one VM at different TSC rates
 //! (vCPU 1 set to twice the host's, which KVM takes with or without
-//! scaling), against what KVM_GET_CLOCK's KVM_CLOCK_TSC_STABLE and each
-//! page's PVCLOCK_TSC_STABLE_BIT promise: one kvmclock for both. Judged as
-//! check 9 ([`super::master_clock::judge`]): the vCPUs measure each other's
-//! kvmclock with the forced hand-off test.
+//! scaling, before either vCPU first runs), against what KVM_GET_CLOCK's
+//! KVM_CLOCK_TSC_STABLE and each page's PVCLOCK_TSC_STABLE_BIT promise: one
+//! kvmclock for both. Judged as check 9 ([`super::master_clock::judge`]):
+//! the vCPUs measure each other's kvmclock with the forced hand-off test.
 //!
 //! SKIP where KVM refused the second rate or the vCPUs ended at one rate
 //! (nothing mixed), or where KVM makes no promise (as check 9).

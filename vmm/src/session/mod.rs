@@ -59,13 +59,25 @@ impl Session {
 
     /// As [`Session::start`], for a VM `spec` describes (command mode).
     pub fn start_spec(spec: &VmSpec<'_>, timeout: Duration) -> Result<Session, RunError> {
+        Ok(Session::start_prepared(spec, timeout, |_| ())?.0)
+    }
+
+    /// As [`Session::start_spec`], with `prepare` done on the VM after its
+    /// vCPUs are created and before any of them first runs (as a VMM
+    /// configures its vCPUs); returns what `prepare` returned.
+    pub fn start_prepared<R>(
+        spec: &VmSpec<'_>,
+        timeout: Duration,
+        prepare: impl FnOnce(&Vm) -> R,
+    ) -> Result<(Session, R), RunError> {
         let machine = Vm::new(vm::open_kvm()?, spec)?;
+        let prepared = prepare(&machine);
         let mut s = Session {
             pool: VcpuPool::start(machine, timeout, u32::MAX)?,
             seq: 0,
         };
         s.resume()?;
-        Ok(s)
+        Ok((s, prepared))
     }
 
     /// A session on a VM restored from a snapshot ([`crate::restore`]):
