@@ -121,13 +121,31 @@ def judge_kvmclock_frequency(k, name, verdict, reason, vals, scaling):
         k.note(f"{name} FAIL, from its evidence (a live KVM_SET_TSC_KHZ left the page): {s}")
 
 
-def judge_mixed_frequency(k, name, verdict, reason, vals):
-    """Check 12: vCPU 1 at twice the host's rate; then check 9's rules."""
+def page_khz(page):
+    """The rate a pvclock page converts at, kHz: ns = ((tsc << shift) * mul) >> 32."""
+    mul, shift = page.get("mul"), page.get("shift")
+    if not mul or shift is None:
+        return None
+    return 1e6 * 2 ** 32 / (mul * 2.0 ** shift)
+
+
+def judge_mixed_frequency(k, name, verdict, reason, vals, scaling=False):
+    """Check 12: vCPU 1 at twice the host's rate, set before either vCPU first
+    ran, so that with TSC scaling each page converts at its own vCPU's rate (a
+    page left at another rate is check 11's finding, which check 12 must not
+    measure again); then check 9's rules."""
     khz = vals.get("khz") or []
     if len(khz) != 2 or khz[1] != 2 * khz[0]:
         if verdict != "SKIP":
             k.fail(name, verdict, f"vCPU rates {khz}: expected vCPU 1 at twice vCPU 0's, or SKIP")
         return
+    if scaling:
+        pages = [page_khz(p) for p in vals.get("pages") or []]
+        off = [(i, round(p or 0), want) for i, (p, want) in enumerate(zip(pages, khz))
+               if p is None or abs(p - want) / want > 1e-5]
+        if len(pages) != 2 or off:
+            k.fail(name, verdict, f"with TSC scaling every page must convert at its vCPU's rate {khz} "
+                   f"(the rates set before the vCPUs ran); pages {vals.get('pages')}, off {off}")
     k.judge_master_clock(name, verdict, reason, vals, pairs_of=2)
 
 
@@ -154,7 +172,7 @@ def judge_family(k, by_id, env, only=None):
     judges = {
         "tsc-frequency": lambda n, v, r, vals: judge_tsc_frequency(k, n, v, r, vals, scaling),
         "kvmclock-frequency": lambda n, v, r, vals: judge_kvmclock_frequency(k, n, v, r, vals, scaling),
-        "mixed-frequency": lambda n, v, r, vals: judge_mixed_frequency(k, n, v, r, vals),
+        "mixed-frequency": lambda n, v, r, vals: judge_mixed_frequency(k, n, v, r, vals, scaling),
         "scaled-rendezvous": lambda n, v, r, vals: judge_scaled_rendezvous(k, n, v, r, vals, scaling),
     }
     for number, cid in enumerate(FREQUENCY_IDS, 10):

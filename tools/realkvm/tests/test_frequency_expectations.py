@@ -102,6 +102,37 @@ class KvmclockFrequency(unittest.TestCase):
         self.assertTrue(any("a FAIL needs a page left as it was" in f for f in k.failures), k.failures)
 
 
+class MixedFrequency(unittest.TestCase):
+    """Recorded pages of check 12 under Bochs 'tigerlake' (2,419,200 kHz host)."""
+    AT_HOST = {"flags": 1, "mul": 3550733544, "shift": -1}
+    AT_TWICE = {"flags": 1, "mul": 3550733544, "shift": -2}
+
+    def vals(self, pages):
+        return {"khz": [2_419_200, 4_838_400], "pages": pages}
+
+    def test_the_page_rate_is_read_from_mul_and_shift(self):
+        self.assertAlmostEqual(freq.page_khz(self.AT_HOST), 2_419_200, delta=0.01)
+        self.assertAlmostEqual(freq.page_khz(self.AT_TWICE), 4_838_400, delta=0.01)
+        self.assertIsNone(freq.page_khz({"mul": 0, "shift": 0}))
+
+    def test_with_scaling_each_page_converts_at_its_vcpus_rate(self):
+        k = kernel("bochs-tigerlake")
+        k.judge_master_clock = lambda *a, **kw: None
+        freq.judge_mixed_frequency(k, "c12", "PASS", "", self.vals([self.AT_HOST, self.AT_TWICE]), True)
+        self.assertEqual(k.failures, [])
+        # vCPU 1's page left at the host's rate: the rate was changed after
+        # the vCPU ran (check 11's finding), not what check 12 measures.
+        k = kernel("bochs-tigerlake")
+        k.judge_master_clock = lambda *a, **kw: None
+        freq.judge_mixed_frequency(k, "c12", "FAIL", "", self.vals([self.AT_HOST, self.AT_HOST]), True)
+        self.assertTrue(any("every page must convert at its vCPU's rate" in f for f in k.failures), k.failures)
+        # Without scaling the pages convert at the host's rate: no rule.
+        k = kernel()
+        k.judge_master_clock = lambda *a, **kw: None
+        freq.judge_mixed_frequency(k, "c12", "PASS", "", self.vals([self.AT_HOST, self.AT_HOST]), False)
+        self.assertEqual(k.failures, [])
+
+
 class ScaledRendezvous(unittest.TestCase):
     def test_without_scaling_a_skip_naming_the_capability(self):
         k = kernel()
