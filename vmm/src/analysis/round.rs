@@ -100,9 +100,9 @@ impl VcpuResult {
     /// neither honoured, nor ignored, nor undecided.
     pub fn moved_nothing(&self) -> bool {
         let v = self.written_value;
-        self.wrote
-            && self.tsc_at_write == Some(v)
-            && self.tsc_adjust_delta == 0
+        // A common write has a moment, the value written less the delta:
+        // the value itself exactly when the delta is 0.
+        self.tsc_at_write == Some(v)
             && self.offset_delta == Some(0)
             && signed_delta(v, self.tsc_before_write) >= 0
             && signed_delta(self.tsc_after_loop, v) >= 0

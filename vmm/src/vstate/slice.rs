@@ -1,11 +1,10 @@
 //! A short scheduler slice for a vCPU thread that has a core of its own
 //! (the coordinator keeps the default: with it too, idle runs got slower):
-//! `sched_setattr`'s
-//! `sched_runtime` on a `SCHED_OTHER`/`SCHED_BATCH` thread, which Linux 6.12
-//! and later take as the thread's slice (clamped to 0.1-100 ms) and which
-//! lets the thread, when woken, preempt a task with a longer slice at once
-//! (EEVDF's `PREEMPT_SHORT`) instead of waiting for that task's slice to
-//! end. It asks for no priority: the thread's share of the CPU is what its
+//! `sched_setattr`'s `sched_runtime` on a `SCHED_OTHER`/`SCHED_BATCH`
+//! thread, which Linux 6.12 and later take as the thread's slice (clamped
+//! to 0.1-100 ms) and which lets the thread, when woken, preempt a task
+//! with a longer slice at once (EEVDF's `PREEMPT_SHORT`) instead of waiting
+//! for that task's slice to end. It asks for no priority: the thread's share of the CPU is what its
 //! nice value gives, so it needs no privilege. Older kernels ignore the
 //! field; a thread under another policy (real-time, `SCHED_IDLE`, deadline)
 //! is left as it is.
